@@ -1,0 +1,10 @@
+"""Shared test setup."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Converted models are cached across test runs (a conversion takes seconds to a minute), but never
+# in the user's own cache: the tests use one inside the repository unless the caller chose one.
+os.environ.setdefault("WHISPERSPEC_CACHE", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "whisperspec-cache"))

@@ -1,0 +1,1 @@
+"""whisperspec: Whisper speech recognition made fast with lossless speculative decoding."""

@@ -1,0 +1,188 @@
+"""Any audio (file or samples) → float32 mono 16 kHz → Whisper's log-mel spectrogram."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import av
+import librosa
+import numpy as np
+import soundfile as sf
+import torch
+import torch.nn.functional as F
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+CHUNK_LENGTH = 30
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000 samples in one 30-s window
+N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in one window
+
+DEFAULT_MAX_SECONDS = 4 * 3600.0
+# Peak below -60 dBFS: digital silence, dither or codec noise floor, never speech.
+SILENCE_PEAK = 1e-3
+
+# Headerless formats: nothing in the file tells FFmpeg what it is, so the extension must.
+RAW_FORMATS = {".g722": "g722"}
+
+
+class AudioError(ValueError):
+    """The input cannot be used as audio; the message names the file and what is wrong."""
+
+
+def load_audio(source, sample_rate: int | None = None, *, max_seconds: float = DEFAULT_MAX_SECONDS) -> np.ndarray:
+    """Float32 mono 16-kHz samples in [-1, 1] from a file path or from samples.
+
+    source: a path (str / PathLike), or a numpy array / torch tensor of samples, 1-D or 2-D with
+    channels on the smaller dimension, at `sample_rate` Hz (default 16000; ignored for files).
+    Raises AudioError for a missing, empty, undecodable, sample-less, non-finite or too long input.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        name = str(source)
+        samples, rate = _read_file(Path(source), max_seconds)
+    else:
+        name = "audio array"
+        rate = sample_rate or SAMPLE_RATE
+        samples = _array_to_mono(source, name)
+        _check_duration(name, len(samples), rate, max_seconds)
+    _check_samples(name, samples)
+    if rate != SAMPLE_RATE:
+        samples = librosa.resample(samples, orig_sr=rate, target_sr=SAMPLE_RATE)
+    # Float files may exceed full scale, and the resampler's ringing can overshoot it slightly.
+    return np.clip(samples, -1.0, 1.0, dtype=np.float32)
+
+
+def is_silent(audio, threshold: float = SILENCE_PEAK) -> bool:
+    """True when no sample reaches `threshold` (peak amplitude): nothing worth decoding."""
+    samples = np.asarray(audio)
+    return samples.size == 0 or float(np.max(np.abs(samples))) < threshold
+
+
+def _read_file(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
+    if not path.is_file():
+        raise AudioError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise AudioError(f"{path}: file is empty (0 bytes)")
+    try:
+        return _read_with_soundfile(path, max_seconds)
+    except sf.SoundFileError as soundfile_error:
+        try:
+            return _read_with_pyav(path, max_seconds)
+        except av.error.FFmpegError as pyav_error:
+            raise AudioError(
+                f"{path}: cannot be decoded as audio: not an audio file, or truncated/corrupt "
+                f"(soundfile: {_reason(soundfile_error)}; PyAV: {_reason(pyav_error)})") from pyav_error
+
+
+def _read_with_soundfile(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
+    """libsndfile: wav/flac/ogg/mp3 and friends, read whole with the length checked first."""
+    with sf.SoundFile(path) as file:
+        _check_duration(str(path), file.frames, file.samplerate, max_seconds)
+        frames = file.read(dtype="float32", always_2d=True)  # [samples, channels]
+        return frames.mean(axis=1), file.samplerate
+
+
+def _read_with_pyav(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
+    """FFmpeg for the rest (m4a/aac, raw G.722, ...); the length is checked while decoding since
+    containers may not declare it."""
+    with av.open(str(path), format=RAW_FORMATS.get(path.suffix.lower())) as container:
+        if not container.streams.audio:
+            raise AudioError(f"{path}: contains no audio stream")
+        stream = container.streams.audio[0]
+        # Any codec sample format → float planar in [-1, 1]. Rate and layout are kept, so the
+        # resampler buffers nothing and needs no flush.
+        to_float = av.AudioResampler(format="fltp")
+        chunks, decoded = [], 0
+        for frame in container.decode(stream):
+            for converted in to_float.resample(frame):
+                chunks.append(converted.to_ndarray())  # [channels, samples]
+                decoded += converted.samples
+            _check_duration(str(path), decoded, stream.rate, max_seconds)
+    if not chunks:
+        return np.zeros(0, dtype=np.float32), stream.rate
+    return np.concatenate(chunks, axis=1).mean(axis=0), stream.rate
+
+
+def _array_to_mono(source, name: str) -> np.ndarray:
+    if isinstance(source, torch.Tensor):
+        source = source.detach().cpu()
+        source = (source.float() if source.is_floating_point() else source).numpy()  # numpy has no bfloat16
+    array = np.asarray(source)
+    if array.ndim not in (1, 2):
+        raise AudioError(f"{name}: expected 1-D or 2-D samples, got shape {array.shape}")
+    if np.issubdtype(array.dtype, np.signedinteger):  # integer PCM: full scale is the type's range
+        array = array / -float(np.iinfo(array.dtype).min)
+    array = array.astype(np.float32, copy=False)
+    if array.ndim == 2:
+        array = array.mean(axis=int(np.argmin(array.shape)))  # channels are the smaller dimension
+    return array
+
+
+def _check_duration(name: str, n_samples: int, rate: int, max_seconds: float) -> None:
+    if n_samples > max_seconds * rate:
+        raise AudioError(f"{name}: audio is too long (over max_seconds={max_seconds:g})")
+
+
+def _check_samples(name: str, samples: np.ndarray) -> None:
+    if samples.size == 0:
+        raise AudioError(f"{name}: contains no audio samples")
+    if not np.isfinite(samples).all():
+        raise AudioError(f"{name}: contains NaN or infinite samples")
+
+
+def _reason(error: Exception) -> str:
+    # libsndfile's and FFmpeg's own wording, without the path both libraries repeat.
+    reason = getattr(error, "error_string", None) or getattr(error, "strerror", None) or str(error)
+    return " ".join(reason.split()).rstrip(".")
+
+
+def pad_or_trim(array, length: int = N_SAMPLES, *, axis: int = -1):
+    """Zero-pad or cut `array` (numpy or torch) along `axis` to exactly `length`, as Whisper's encoder expects."""
+    size = array.shape[axis]
+    if size > length:
+        index = [slice(None)] * array.ndim
+        index[axis] = slice(0, length)
+        return array[tuple(index)]
+    if size < length:
+        widths = [(0, 0)] * array.ndim
+        widths[axis] = (0, length - size)
+        if isinstance(array, torch.Tensor):
+            return F.pad(array, [side for before_after in reversed(widths) for side in before_after])
+        return np.pad(array, widths)
+    return array
+
+
+@lru_cache(maxsize=None)
+def _stft_window_and_mel_filters(n_mels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # Slaney-style mel scale and area normalisation: librosa's defaults, as openai-whisper's mel_filters.npz.
+    filters = librosa.filters.mel(sr=SAMPLE_RATE, n_fft=N_FFT, n_mels=n_mels)
+    return torch.hann_window(N_FFT), torch.from_numpy(filters)
+
+
+def log_mel_spectrogram(audio, n_mels: int = 80, padding: int = 0) -> torch.Tensor:
+    """Whisper's log-mel features [n_mels, frames] of 16-kHz samples (numpy or torch), one frame per 10 ms.
+
+    padding: zeros appended before the STFT. With padding=N_SAMPLES (as openai-whisper) a whole
+    file is featurised once: frames = (len(audio) + padding) // HOP_LENGTH, of which the first
+    len(audio) // HOP_LENGTH hold content, and any 3000-frame window mel[:, seek:seek + N_FRAMES]
+    is a complete encoder input.
+
+    For audio of at most 30 s, mel[:, :N_FRAMES] equals transformers' WhisperFeatureExtractor
+    output. A window of a longer file equals the extractor's features of that window's audio
+    except for its first two and last frames, which see the neighbouring audio where the extractor
+    reflects the window's own, and for the dynamic-range floor, which is taken over the whole file
+    (as in openai-whisper and transformers' long-form path).
+    """
+    audio = torch.as_tensor(audio, dtype=torch.float32)
+    if padding:
+        audio = F.pad(audio, (0, padding))
+    window, filters = (t.to(audio.device) for t in _stft_window_and_mel_filters(n_mels))
+    stft = torch.stft(audio, N_FFT, HOP_LENGTH, window=window, return_complex=True)
+    # The centred STFT yields one frame more than len // HOP_LENGTH; Whisper drops the last one.
+    power = stft[..., :-1].abs() ** 2
+    log_spec = torch.clamp(filters @ power, min=1e-10).log10()
+    # Dynamic range of 80 dB below the loudest bin of the whole input, then scaled to about [-1, 1].
+    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
+    return (log_spec + 4.0) / 4.0

@@ -1,0 +1,146 @@
+"""`whisperspec` command line.
+
+    transcribe   audio files -> text (+ srt/vtt/json), optionally with a drafter
+    import-ct2   a faster-whisper (CTranslate2) checkpoint -> transformers
+    bench        decoder costs and decode-phase speed of each drafter, side by side
+    evaluate     WER and latency against transformers and faster-whisper
+    generate     speculative generation with a causal text LM
+    demo         the Gradio demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+
+
+# Subcommands that parse their own arguments: `whisperspec NAME ...` calls MODULE.FUNCTION(argv).
+DELEGATED = {
+    "bench": ("whisperspec.bench:main", "decoder costs and decode-phase speed per drafter"),
+    "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
+    "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
+    "demo": ("whisperspec.demo:cli", "start the Gradio demo"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATED:
+        module, _, function = DELEGATED[argv[0]][0].partition(":")
+        return getattr(importlib.import_module(module), function)(argv[1:]) or 0
+    parser = argparse.ArgumentParser(prog="whisperspec", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_transcribe(commands)
+    _add_import_ct2(commands)
+    for name, (_, help_text) in DELEGATED.items():
+        commands.add_parser(name, help=help_text)  # listed in --help; run above
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+# ------------------------------------------------------------------ transcribe
+def _add_transcribe(commands) -> None:
+    p = commands.add_parser("transcribe", help="transcribe audio files")
+    p.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3, ...)")
+    p.add_argument("--model", default="base", help="base, tiny.en, a faster-whisper/transformers dir or hub id")
+    p.add_argument("--language", default=None, help="language code (default: detect)")
+    p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    p.add_argument("--timestamps", action="store_true", help="decode timestamps (segments with times)")
+    p.add_argument("--output-dir", type=Path, default=None, help="write result files here")
+    p.add_argument("--format", default="txt", help="comma-separated, of txt,srt,vtt,json or 'all'")
+    p.add_argument("--draft", default="none", help="none, auto, ngram, early-exit[:E], int8[:V], or a draft model")
+    p.add_argument("--lookahead", default=None, help="K, heuristic, confidence[:t] or cost")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="fixed sampling temperature (default: greedy with openai-whisper's fallback)")
+    p.add_argument("--initial-prompt", default=None)
+    p.add_argument("--stats", action="store_true", help="print acceptance, passes, tokens/s and the time split")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=_run_transcribe)
+
+
+def _run_transcribe(args) -> int:
+    from whisperspec.audio import AudioError
+    from whisperspec.output import WRITERS, write_outputs
+    from whisperspec.transcribe import Transcriber
+
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    unknown = set(formats) - set(WRITERS) - {"all"}
+    if unknown:
+        print(f"whisperspec: unknown format(s) {', '.join(sorted(unknown))}; use {', '.join(WRITERS)} or all",
+              file=sys.stderr)
+        return 2
+    try:
+        transcriber = Transcriber(args.model, draft=args.draft, lookahead=args.lookahead, language=args.language,
+                                  task=args.task, timestamps=args.timestamps, temperature=args.temperature,
+                                  initial_prompt=args.initial_prompt, progress=not args.quiet)
+    except (OSError, ValueError) as error:
+        print(f"whisperspec: cannot load model {args.model!r}: {error}", file=sys.stderr)
+        return 2
+    failed = 0
+    for path in args.audio:
+        try:
+            result = transcriber.transcribe(path)
+        except AudioError as error:  # one bad file does not stop the others
+            print(f"whisperspec: {error}", file=sys.stderr)
+            failed += 1
+            continue
+        _print_result(result, args)
+        if args.output_dir:
+            for written in write_outputs(result, args.output_dir, Path(path).stem, formats):
+                print(f"  wrote {written}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _print_result(result, args) -> None:
+    if len(args.audio) > 1:
+        print(f"== {result.source}")
+    if args.timestamps:
+        from whisperspec.output import format_timestamp
+
+        for s in result.segments:
+            print(f"[{format_timestamp(s.start)} --> {format_timestamp(s.end)}] {s.text.strip()}")
+    else:
+        print(result.text)
+    if args.stats:
+        print(format_stats(result.stats, result.duration), file=sys.stderr)
+
+
+def format_stats(stats: dict, duration: float) -> str:
+    spec = stats.get("speculation", {})
+    decode_s = stats.get("decoder_ms", 0) / 1e3
+    tokens = stats.get("tokens", 0)
+    lines = [
+        f"audio {duration:.2f} s | features {stats.get('features_ms', 0):.0f} ms | encoder "
+        f"{stats.get('encoder_ms', 0):.0f} ms | decoder {stats.get('decoder_ms', 0):.0f} ms | "
+        f"{tokens} tokens, {tokens / decode_s if decode_s else 0:.1f} tokens/s",
+        f"target passes {spec.get('target_passes', 0)} | draft passes {spec.get('draft_passes', 0)} | "
+        f"acceptance {spec.get('acceptance_rate', 0):.1%} | mean accepted length "
+        f"{spec.get('mean_accepted_length', 0):.2f} | drafting {spec.get('draft_ms', 0):.0f} ms, "
+        f"verifying {spec.get('verify_ms', 0):.0f} ms",
+    ]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ import-ct2
+def _add_import_ct2(commands) -> None:
+    p = commands.add_parser("import-ct2", help="convert a faster-whisper (CTranslate2) checkpoint to transformers")
+    p.add_argument("src", type=Path, help="dir with model.bin, config.json, tokenizer.json")
+    p.add_argument("out", type=Path, help="output dir (safetensors + processor files)")
+    p.set_defaults(run=_run_import_ct2)
+
+
+def _run_import_ct2(args) -> int:
+    from whisperspec.models import convert_ct2_to_transformers
+
+    out = convert_ct2_to_transformers(args.src, args.out)
+    print(json.dumps({"converted": str(args.src), "to": str(out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

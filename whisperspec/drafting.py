@@ -1,0 +1,51 @@
+"""Turn a drafter name into a drafter for a loaded Whisper model.
+
+    none              plain greedy decoding (no drafter)
+    ngram[:N]         prompt lookup over the prompt / previous text (N = longest n-gram, default 3)
+    early-exit[:E]    the main decoder's first E layers (default: all but the last)
+    int8[:V]          int8 copy of the main decoder, head restricted to the V most frequent tokens
+    auto              the fastest drafter measured for this model (see README: Benchmarks)
+    MODEL             a draft checkpoint (name, dir or hub id) with the main model's vocabulary;
+                      shares the main encoder when its encoder is the same (distil-whisper)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from whisperspec.speculative.drafters.ngram import NgramDrafter
+from whisperspec.whisper import drafters
+from whisperspec.whisper.model import WhisperRuntime
+
+
+def make_drafter(spec: str, runtime: WhisperRuntime):
+    name, _, arg = spec.partition(":")
+    n_layers = runtime.decoder.n_layers
+    if name == "ngram":
+        return NgramDrafter(max_ngram=int(arg or 3))
+    if name == "early-exit":
+        exit_layer = int(arg) if arg else max(n_layers - 1, 1)
+        if not 1 <= exit_layer < n_layers:
+            raise ValueError(f"early-exit layer must be in 1..{n_layers - 1} for this model, got {exit_layer}")
+        return drafters.early_exit_drafter(runtime, exit_layer)
+    if name == "int8":
+        return drafters.int8_self_drafter(runtime, int(arg) if arg else 16384)
+    if name == "auto":
+        return drafters.int8_self_drafter(runtime)
+    return _checkpoint_drafter(spec, runtime)
+
+
+def _checkpoint_drafter(spec: str, runtime: WhisperRuntime):
+    from whisperspec.models import load_whisper
+
+    draft = load_whisper(spec).model
+    if draft.config.vocab_size != runtime.vocab_size:
+        raise ValueError(f"draft {spec!r} has a vocabulary of {draft.config.vocab_size} tokens, the main model "
+                         f"{runtime.vocab_size}: a draft must share the main model's tokenizer")
+    return drafters.draft_model_drafter(runtime, draft, share_encoder=same_encoder(runtime.model, draft))
+
+
+def same_encoder(main: torch.nn.Module, draft: torch.nn.Module) -> bool:
+    """distil-whisper keeps its teacher's encoder frozen: then one encoder pass serves both."""
+    a, b = main.model.encoder.state_dict(), draft.model.encoder.state_dict()
+    return a.keys() == b.keys() and all(a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,78 @@
+"""Load any Whisper checkpoint as transformers objects: embedded names, faster-whisper dirs,
+transformers dirs and hub ids all end in `from_pretrained` on a transformers folder."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from whisperspec.cache import cache_dir
+from whisperspec.models.ctranslate2 import convert_ct2_to_transformers
+from whisperspec.models.registry import EMBEDDED_MODELS, ct2_model_dir
+
+# bump when the conversion output changes, so stale caches are rebuilt
+CONVERSION_VERSION = 2
+
+
+@dataclass
+class WhisperBundle:
+    model: "torch.nn.Module"  # WhisperForConditionalGeneration, eval mode
+    tokenizer: object  # WhisperTokenizer with the timestamp tokens
+    feature_extractor: object
+    generation_config: object
+    name: str  # what the user asked for
+    path: Path | None  # the transformers folder it came from (None for a hub id)
+
+
+_loaded: dict[tuple[str, torch.dtype], WhisperBundle] = {}
+_lock = threading.Lock()
+
+
+def load_whisper(name_or_path: str, dtype: torch.dtype = torch.float32) -> WhisperBundle:
+    """A Whisper model by embedded name, faster-whisper dir, transformers dir or hub id.
+
+    Loaded once per process; converted checkpoints are cached on disk.
+    """
+    key = (str(name_or_path), dtype)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = _load(str(name_or_path), dtype)
+        return _loaded[key]
+
+
+def transformers_dir(name_or_path: str) -> Path | str:
+    """Where `from_pretrained` should look: converting a CTranslate2 checkpoint first if needed."""
+    if name_or_path in EMBEDDED_MODELS:
+        target = cache_dir() / "models" / f"{name_or_path}-v{CONVERSION_VERSION}"
+        if not (target / "config.json").is_file():
+            convert_ct2_to_transformers(ct2_model_dir(name_or_path), target)
+        return target
+    path = Path(name_or_path).expanduser()
+    if (path / "model.bin").is_file():  # a faster-whisper / CTranslate2 checkpoint
+        stat = (path / "model.bin").stat()
+        digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        target = cache_dir() / "models" / f"ct2-{path.name}-{digest}-v{CONVERSION_VERSION}"
+        if not (target / "config.json").is_file():
+            convert_ct2_to_transformers(path, target)
+        return target
+    return path if path.is_dir() else name_or_path  # a transformers folder, or a hub id
+
+
+def _load(name_or_path: str, dtype: torch.dtype) -> WhisperBundle:
+    from transformers import (GenerationConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration,
+                              WhisperTokenizer)
+
+    source = transformers_dir(name_or_path)
+    model = WhisperForConditionalGeneration.from_pretrained(source, dtype=dtype).eval()
+    tokenizer = WhisperTokenizer.from_pretrained(source)
+    feature_extractor = WhisperFeatureExtractor.from_pretrained(source)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(source)
+    except OSError:
+        pass  # a checkpoint without generation_config.json keeps what from_pretrained built
+    path = Path(source) if Path(source).is_dir() else None
+    return WhisperBundle(model, tokenizer, feature_extractor, model.generation_config, name_or_path, path)

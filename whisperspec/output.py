@@ -1,0 +1,98 @@
+"""Write a Transcription as txt / srt / vtt / json, each file replaced atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Callable, TextIO
+
+from whisperspec.result import Transcription
+
+
+def format_timestamp(seconds: float, always_include_hours: bool = False, decimal_marker: str = ".") -> str:
+    """[HH:]MM:SS<marker>mmm, rounded to the millisecond: SRT wants hours and ",", WebVTT "."."""
+    if seconds < 0:
+        raise ValueError(f"timestamp must be non-negative, got {seconds}")
+    total_ms = round(seconds * 1000)
+    hours, rest_ms = divmod(total_ms, 3_600_000)
+    minutes, rest_ms = divmod(rest_ms, 60_000)
+    whole_seconds, milliseconds = divmod(rest_ms, 1000)
+    hours_part = f"{hours:02d}:" if always_include_hours or hours else ""
+    return f"{hours_part}{minutes:02d}:{whole_seconds:02d}{decimal_marker}{milliseconds:03d}"
+
+
+def _cue_text(text: str) -> str:
+    # A blank line ends a cue and "-->" marks a timing line, so neither may appear in cue text.
+    return " ".join(text.replace("-->", "->").split())
+
+
+def write_txt(result: Transcription, file: TextIO) -> None:
+    """One line per segment."""
+    for segment in result.segments:
+        file.write(_cue_text(segment.text) + "\n")
+
+
+def write_srt(result: Transcription, file: TextIO) -> None:
+    for number, segment in enumerate(result.segments, start=1):
+        start = format_timestamp(segment.start, always_include_hours=True, decimal_marker=",")
+        end = format_timestamp(segment.end, always_include_hours=True, decimal_marker=",")
+        file.write(f"{number}\n{start} --> {end}\n{_cue_text(segment.text)}\n\n")
+
+
+def write_vtt(result: Transcription, file: TextIO) -> None:
+    file.write("WEBVTT\n\n")
+    for segment in result.segments:
+        file.write(f"{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}\n"
+                   f"{_cue_text(segment.text)}\n\n")
+
+
+def write_json(result: Transcription, file: TextIO) -> None:
+    json.dump(result.to_dict(), file, ensure_ascii=False, indent=2, default=_json_value)
+    file.write("\n")
+
+
+def _json_value(value):
+    # Stats may carry numpy / torch scalars or arrays; anything else is written as its str().
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+WRITERS: dict[str, Callable[[Transcription, TextIO], None]] = {
+    "txt": write_txt, "srt": write_srt, "vtt": write_vtt, "json": write_json,
+}
+
+
+def write_outputs(result: Transcription, output_dir, stem: str, formats: list[str]) -> list[Path]:
+    """Write `output_dir/stem.<format>` for each format ("all" = every one); returns the paths.
+
+    Every file is written to a temporary name beside it and renamed into place, so a crash or
+    Ctrl-C leaves either the previous file or the complete new one, never a partial one.
+    """
+    names = list(WRITERS) if "all" in formats else list(dict.fromkeys(formats))
+    unknown = [name for name in names if name not in WRITERS]
+    if unknown:  # before writing anything, so a typo doesn't leave some formats written
+        raise ValueError(f"unknown output format(s) {unknown}; choose from {list(WRITERS)} or 'all'")
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in names:
+        path = output_dir / f"{stem}.{name}"
+        _write_atomically(path, WRITERS[name], result)
+        paths.append(path)
+    return paths
+
+
+def _write_atomically(path: Path, writer: Callable[[Transcription, TextIO], None], result: Transcription) -> None:
+    # Same directory so os.replace is a rename on one filesystem; a plain open (not mkstemp)
+    # so the file gets the usual umask permissions rather than 0600.
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(temporary, "x", encoding="utf-8") as file:
+            writer(result, file)
+            file.flush()
+            os.fsync(file.fileno())  # the data is on disk before the rename makes it visible
+        os.replace(temporary, path)
+    except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
+        temporary.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,105 @@
+"""A draft *model* proposing tokens one forward pass at a time, its KV cache kept in sync.
+
+Any small causal model can draft once it answers the `DraftModel` calls: a shared-encoder Whisper
+draft decoder, the first layers of the target itself (early exit), an int8 copy, a separate LM.
+The drafter never needs to be told what was rejected: before proposing it compares the tokens its
+cache holds with the sequence and rolls back to the common prefix (as transformers' assisted
+generation crops its cache). Rows of a batch draft together in one forward pass per step.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from whisperspec.speculative.protocols import DraftContext, Proposal, Verdict
+
+
+class DraftModel(Protocol):
+    vocab_ids: torch.Tensor | None  # full-vocabulary ids of the logits' columns (reduced head), or None
+
+    def held_tokens(self, row: int) -> list[int]:
+        """The tokens whose keys/values the cache holds for `row`, in order."""
+
+    def rollback(self, lengths: list[int]) -> None: ...
+
+    def reorder(self, rows: torch.Tensor) -> None: ...
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [batch, n] -> logits [batch, n, vocab or len(vocab_ids)]."""
+
+
+class ModelDrafter:
+    def __init__(self, model: DraftModel, vocab_size: int):
+        self.model, self.vocab_size = model, vocab_size
+
+    def propose(self, tokens: list[int], k: int, context: DraftContext) -> Proposal:
+        return self.propose_batch([tokens], k, [context])[0]
+
+    def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
+        feed = self._sync(rows)
+        drafted, probs = [[] for _ in rows], [[] for _ in rows]
+        drafting = [True] * len(rows)
+        for step in range(k):
+            logits = self._full_vocab(self.model.forward(torch.tensor(feed))[:, -1])
+            for b, context in enumerate(contexts):
+                token, q, confidence = _pick(context.logit_filter(rows[b] + drafted[b], logits[b]), context)
+                feed[b] = [token]
+                if not drafting[b]:
+                    continue  # this row stopped; it rides along until the batch step is over
+                if step and confidence < context.min_confidence:
+                    drafting[b] = False  # unsure: a likely rejection costs more than it could bring
+                    continue
+                drafted[b].append(token)
+                if q is not None:
+                    probs[b].append(q)
+                drafting[b] = token != context.eos_token_id
+            if not any(drafting):
+                break
+        passes = step + 1 if k else 0
+        return [Proposal(d, torch.stack(p) if p else None, forward_passes=passes) for d, p in zip(drafted, probs)]
+
+    def learn(self, tokens: list[int], verdict: Verdict) -> None:
+        pass  # `propose` re-syncs the cache with whatever the sequence has become
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        self.model.reorder(rows)
+
+    def _sync(self, rows: list[list[int]]) -> list[list[int]]:
+        """Roll each row's cache back to its longest prefix of the row (last token excluded) and
+        return the tokens to feed. Rows are aligned to one width by re-feeding tokens the cache
+        already held (recomputing them gives the same keys and values)."""
+        common = [_common_prefix(self.model.held_tokens(b), row[:-1]) for b, row in enumerate(rows)]
+        width = max(len(row) - c for row, c in zip(rows, common))
+        starts = [len(row) - width for row in rows]
+        self.model.rollback(starts)
+        return [row[start:] for row, start in zip(rows, starts)]
+
+    def _full_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        ids = self.model.vocab_ids
+        if ids is None:
+            return logits.float()
+        full = torch.full((logits.shape[0], self.vocab_size), float("-inf"))
+        full[:, ids] = logits.float()
+        return full
+
+
+def _pick(scores: torch.Tensor, context: DraftContext) -> tuple[int, torch.Tensor | None, float]:
+    """(token, distribution it was drawn from or None if greedy, the draft's confidence in it)."""
+    if context.temperature > 0:
+        q = torch.softmax(scores / context.temperature, dim=-1)
+        token = int(torch.multinomial(q, 1, generator=context.generator))
+        return token, q, float(q[token])
+    token = int(scores.argmax())
+    confidence = float(torch.softmax(scores, dim=-1)[token]) if context.min_confidence else 1.0
+    return token, None, confidence
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,124 @@
+"""The speculative decoding loop: draft k, verify in one pass, keep the agreed prefix, repeat.
+
+Without a drafter every round drafts nothing and the loop is plain greedy (or sampled) decoding
+with a KV cache, one target pass per token: the reference the speculative runs must equal.
+
+Rows of a batch run in lockstep but keep their own accepted lengths: shorter proposals are padded
+(the padding is verified away and rolled back), finished rows leave the batch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from whisperspec.speculative.lookahead import Fixed
+from whisperspec.speculative.protocols import (CachedModel, DraftContext, Drafter, LogitFilter, Proposal,
+                                               no_filter)
+from whisperspec.speculative.stats import SpeculationStats
+from whisperspec.speculative.verifier import verify
+
+
+@dataclass
+class Generation:
+    tokens: list[int] = field(default_factory=list)  # new tokens, end-of-sequence included if produced
+    logprobs: list[float] = field(default_factory=list)  # target log-probability of each new token
+    from_draft: list[bool] = field(default_factory=list)  # True: accepted from the draft
+    stats: SpeculationStats = field(default_factory=SpeculationStats)
+
+    @property
+    def sum_logprob(self) -> float:
+        return sum(self.logprobs)
+
+
+def generate(target: CachedModel, tokens: list[int], max_new_tokens: int, eos_token_id: int | None, *,
+             logit_filter: LogitFilter = no_filter, on_tokens: Callable[[list[int]], None] | None = None,
+             **options) -> Generation:
+    """Continue one sequence; the target's cache must already hold `tokens[:-1]`.
+
+    options: drafter, lookahead, temperature, generator (see `generate_batch`).
+    """
+    on_row_tokens = (lambda row, new: on_tokens(new)) if on_tokens else None
+    return generate_batch(target, [tokens], max_new_tokens, eos_token_id, logit_filters=[logit_filter],
+                          on_tokens=on_row_tokens, **options)[0]
+
+
+@torch.inference_mode()
+def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_tokens: int,
+                   eos_token_id: int | None, *, drafter: Drafter | None = None, lookahead=None,
+                   logit_filters: Sequence[LogitFilter] | None = None, temperature: float = 0.0,
+                   generator: torch.Generator | None = None,
+                   on_tokens: Callable[[int, list[int]], None] | None = None) -> list[Generation]:
+    """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`.
+
+    `on_tokens(row, tokens)` receives each round's verified tokens (streaming).
+    """
+    lookahead = lookahead or Fixed(0)
+    filters = list(logit_filters or [no_filter] * len(sequences))
+    contexts = [DraftContext(f, temperature, lookahead.min_confidence, generator, eos_token_id) for f in filters]
+    rows = [list(s) for s in sequences]
+    outs = [Generation() for _ in rows]
+    active = list(range(len(rows)))  # original row index of each row still in the batch
+    while active:
+        t0 = time.perf_counter()
+        room = min(max_new_tokens - len(outs[r].tokens) for r in active)
+        k = min(lookahead.k(), room - 1) if drafter else 0
+        proposals = _propose(drafter, [rows[r] for r in active], k, [contexts[r] for r in active])
+        t1 = time.perf_counter()
+        width = max(len(p.tokens) for p in proposals)
+        batch = [[rows[r][-1], *p.tokens, *[rows[r][-1]] * (width - len(p.tokens))]  # padding never verified
+                 for r, p in zip(active, proposals)]
+        logits = target.forward(torch.tensor(batch))
+        verdicts = [verify(rows[r], p, logits[i], filters[r], temperature, generator)
+                    for i, (r, p) in enumerate(zip(active, proposals))]
+        target.rollback([len(rows[r]) + v.accepted for r, v in zip(active, verdicts)])  # all but the newest
+        t2 = time.perf_counter()
+
+        finished = []
+        for r, p, v in zip(active, proposals, verdicts):
+            emitted = p.tokens[:v.accepted] + [v.next_token]
+            rows[r] += emitted
+            if eos_token_id in emitted:  # an accepted draft token may already end the sequence
+                emitted = emitted[:emitted.index(eos_token_id) + 1]
+            out = outs[r]
+            out.tokens += emitted
+            out.logprobs += v.logprobs[:len(emitted)]
+            out.from_draft += ([True] * v.accepted + [False])[:len(emitted)]
+            out.stats.record(len(p.tokens), v.accepted, p.forward_passes, t1 - t0, t2 - t1)
+            if on_tokens:
+                on_tokens(r, emitted)
+            if emitted[-1] == eos_token_id or len(out.tokens) >= max_new_tokens:
+                finished.append(r)
+        if drafter:
+            _learn(drafter, [rows[r] for r in active], verdicts)
+        for v in verdicts:
+            lookahead.update(v, t1 - t0, t2 - t1)
+        if finished:
+            keep = [i for i, r in enumerate(active) if r not in finished]
+            active = [active[i] for i in keep]
+            if active:
+                _drop_rows(target, drafter, keep)
+    return outs
+
+
+def _propose(drafter, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
+    if k <= 0:
+        return [Proposal([]) for _ in rows]
+    if len(rows) > 1 and hasattr(drafter, "propose_batch"):
+        return drafter.propose_batch(rows, k, contexts)
+    return [drafter.propose(row, k, context) for row, context in zip(rows, contexts)]
+
+
+def _learn(drafter, rows, verdicts) -> None:
+    for row, verdict in zip(rows, verdicts):
+        drafter.learn(row, verdict)
+
+
+def _drop_rows(target, drafter, keep: list[int]) -> None:
+    rows = torch.tensor(keep)
+    target.reorder(rows)
+    if hasattr(drafter, "reorder"):
+        drafter.reorder(rows)

@@ -1,0 +1,76 @@
+"""The two roles the speculative loop talks to, and what passes between them.
+
+The loop and the verifier only know these shapes: a *target* model with a KV cache it can roll
+back, and a *drafter* that proposes tokens and learns from the verdict (transformers'
+CandidateGenerator: get_candidates / update_candidate_strategy). Nothing here is Whisper-specific:
+Whisper's prefix, logit rules and timestamps arrive as a `LogitFilter` and plain token lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+import torch
+
+# Applies the task's rules (suppressed tokens, timestamp grammar, ...) to the logits [vocab] that
+# follow `tokens` (the whole sequence so far, prefix included). May modify `logits` in place.
+LogitFilter = Callable[[Sequence[int], torch.Tensor], torch.Tensor]
+
+
+def no_filter(tokens: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+    return logits
+
+
+class CachedModel(Protocol):
+    """A causal model whose cache holds a prefix of the sequence."""
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append tokens [batch, n] to the cache; logits [batch, n, vocab] for the next positions."""
+
+    def rollback(self, lengths: int | Sequence[int]) -> None:
+        """Keep only the first `lengths` cached positions (per row)."""
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep only these batch rows, in this order (batched decoding drops finished rows)."""
+
+
+@dataclass
+class DraftContext:
+    """What a drafter needs to know about the current generation, fixed for its duration."""
+
+    logit_filter: LogitFilter = no_filter
+    temperature: float = 0.0
+    min_confidence: float = 0.0  # stop drafting when the draft's top probability falls below this
+    generator: torch.Generator | None = None
+    eos_token_id: int | None = None
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    # Draft distribution each token was drawn from [k, vocab] (speculative sampling needs it);
+    # None means the proposal is deterministic (n-gram lookup, greedy drafts).
+    probs: torch.Tensor | None = None
+    forward_passes: int = 0  # draft model passes spent on it
+
+
+@dataclass
+class Verdict:
+    proposed: int
+    accepted: int
+    next_token: int  # the target model's own token after the accepted prefix (correction or bonus)
+    # log-probability of each emitted token under the target (accepted draft tokens, then next_token)
+    logprobs: list[float] = field(default_factory=list)
+
+    @property
+    def emitted(self) -> int:
+        return self.accepted + 1
+
+
+class Drafter(Protocol):
+    def propose(self, tokens: list[int], k: int, context: DraftContext) -> Proposal:
+        """Up to k tokens likely to follow `tokens` (the whole sequence so far)."""
+
+    def learn(self, tokens: list[int], verdict: Verdict) -> None:
+        """`tokens` is the sequence after the verdict; drop rejected state, adapt."""

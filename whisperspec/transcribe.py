@@ -1,0 +1,101 @@
+"""The public API: `Transcriber(model=...).transcribe(path_or_array)`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from whisperspec.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, is_silent, load_audio, log_mel_spectrogram
+from whisperspec.models import load_whisper
+from whisperspec.result import Segment, Transcription
+from whisperspec.speculative.lookahead import make_lookahead
+from whisperspec.speculative.stats import SpeculationStats
+from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
+from whisperspec.whisper.longform import transcribe_longform
+from whisperspec.whisper.model import WhisperRuntime
+
+
+
+class Transcriber:
+    """Loads a model (and its drafter) once; transcribes any number of files or arrays.
+
+    model: "base" / "tiny.en" (embedded), a faster-whisper (CTranslate2) dir, a transformers dir
+    or hub id. draft: None/"none" for plain greedy, or a drafter spec (see
+    `whisperspec.drafting.make_drafter`). temperature: None for openai-whisper's fallback schedule
+    (0, 0.2, ... 1.0), a number for one fixed temperature.
+    """
+
+    def __init__(self, model: str = "base", *, draft: str | None = None, lookahead: str | int | None = None,
+                 language: str | None = None, task: str = "transcribe", timestamps: bool = False,
+                 temperature: float | None = None, condition_on_previous_text: bool = True,
+                 initial_prompt: str | None = None, progress: bool = False, seed: int = 0):
+        started = time.perf_counter()
+        self.bundle = load_whisper(model)
+        self.runtime = WhisperRuntime.from_bundle(self.bundle)
+        self.drafter = None
+        if draft not in (None, "none"):
+            from whisperspec.drafting import make_drafter
+
+            self.drafter = make_drafter(draft, self.runtime)
+        self.lookahead_spec = lookahead
+        self.options = DecodeOptions(
+            task=task, language=language, timestamps=timestamps, seed=seed,
+            temperatures=DecodeOptions.temperatures if temperature is None else (float(temperature),))
+        self.condition_on_previous_text = condition_on_previous_text
+        self.initial_prompt, self.progress = initial_prompt, progress
+        self.load_seconds = time.perf_counter() - started
+
+    def transcribe(self, audio, *, sample_rate: int | None = None, **overrides) -> Transcription:
+        """audio: a file path, or samples (numpy/torch) at `sample_rate` (default 16 kHz).
+
+        Keyword overrides: language, task, timestamps, initial_prompt. Raises AudioError for
+        unreadable input (the message names the file).
+        """
+        initial_prompt = overrides.pop("initial_prompt", self.initial_prompt)
+        options = replace(self.options, **overrides)
+        timings = {"load_ms": self.load_seconds * 1e3}
+        source = None if isinstance(audio, (np.ndarray, torch.Tensor)) else str(audio)
+
+        started = time.perf_counter()
+        samples = load_audio(audio, sample_rate)
+        duration = len(samples) / SAMPLE_RATE
+        if is_silent(samples):  # nothing to decode: Whisper would only hallucinate here
+            return Transcription("", [], options.language, duration, {**timings, "silent": True}, source)
+        mel = log_mel_spectrogram(samples, self.runtime.n_mels, padding=N_SAMPLES)
+        content_frames = mel.shape[-1] - N_FRAMES
+        timings["features_ms"] = (time.perf_counter() - started) * 1e3
+
+        prompt = self._prompt_tokens(initial_prompt)
+        decoder = WindowDecoder(self.runtime, self.drafter, make_lookahead(self.lookahead_spec) if self.drafter else None)
+        encoder_seconds: list[float] = []
+        started = time.perf_counter()
+        if content_frames <= N_FRAMES and not options.timestamps:
+            window = self.runtime.encode(mel[None, :, :N_FRAMES])
+            encoder_seconds.append(time.perf_counter() - started)
+            result = decoder.decode(window, options, prompt=prompt)
+            text = self.runtime.decode_text(result.tokens)
+            segments = [Segment(0.0, round(duration, 3), text, result.tokens, result.from_draft)] if text.strip() else []
+            language, windows, stats = result.language, [result], result.stats
+        else:
+            longform = transcribe_longform(decoder, mel, content_frames, options, prompt,
+                                           self.condition_on_previous_text, self.progress, encoder_seconds)
+            segments, language, windows, stats = longform.segments, longform.language, longform.windows, longform.stats
+        total = time.perf_counter() - started
+        timings.update(encoder_ms=sum(encoder_seconds) * 1e3, decoder_ms=(total - sum(encoder_seconds)) * 1e3)
+        text = "".join(s.text for s in segments).strip()
+        return Transcription(text, segments, language, duration,
+                             {**timings, **_decode_stats(windows, stats)}, source)
+
+    def _prompt_tokens(self, prompt: str | None) -> list[int]:
+        if not prompt:
+            return []
+        return self.runtime.tokenizer.encode(" " + prompt.strip(), add_special_tokens=False)
+
+
+def _decode_stats(windows, stats: SpeculationStats) -> dict:
+    tokens = sum(len(w.tokens) for w in windows)
+    return {"windows": len(windows), "tokens": tokens,
+            "temperatures": [w.temperature for w in windows], "speculation": stats.to_dict()}

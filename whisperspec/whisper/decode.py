@@ -1,0 +1,142 @@
+"""Decode one 30-s window: forced prefix, logit rules, language detection, temperature fallback.
+
+The token loop itself is the generic one in `whisperspec.speculative.generate`; this module only
+supplies what is Whisper's: the prefix, the logit filter, the no-speech probability, and the
+openai-whisper fallback (retry at a higher temperature when the text is too repetitive or too
+unlikely).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from whisperspec.speculative.generate import generate_batch
+from whisperspec.speculative.stats import SpeculationStats
+from whisperspec.whisper.model import EncodedWindow, WhisperRuntime
+from whisperspec.whisper.rules import WhisperLogitFilter
+
+MAX_PROMPT_TOKENS = 223  # openai-whisper: half the text context, minus <|startofprev|>
+
+
+@dataclass
+class DecodeOptions:
+    task: str = "transcribe"
+    language: str | None = None  # None: detect it
+    timestamps: bool = False
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    max_new_tokens: int | None = None  # default: up to the decoder's context (448 positions)
+    seed: int = 0
+
+
+@dataclass
+class WindowResult:
+    tokens: list[int]  # sampled tokens without end-of-text (timestamps included when on)
+    language: str | None
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    from_draft: list[bool] = field(default_factory=list)
+    stats: SpeculationStats = field(default_factory=SpeculationStats)
+
+    def is_silence(self, options: "DecodeOptions") -> bool:
+        """openai-whisper's no-speech rule: likely <|nospeech|> and an unconvincing transcript."""
+        if options.no_speech_threshold is None or self.no_speech_prob <= options.no_speech_threshold:
+            return False
+        return options.logprob_threshold is None or self.avg_logprob <= options.logprob_threshold
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+class WindowDecoder:
+    """Decodes windows with a runtime's main decoder and an optional drafter."""
+
+    def __init__(self, runtime: WhisperRuntime, drafter=None, lookahead=None):
+        self.runtime, self.drafter, self.lookahead = runtime, drafter, lookahead
+
+    @torch.inference_mode()
+    def detect_language(self) -> list[str]:
+        """Most likely language of each started window: the language token after <|startoftranscript|>."""
+        special, decoder = self.runtime.special, self.runtime.decoder
+        if not special.is_multilingual:
+            return ["en"] * decoder.batch_size
+        logits = decoder.forward(torch.full((decoder.batch_size, 1), special.sot))[:, -1]
+        decoder.rollback(0)
+        codes = list(special.lang_to_id)
+        best = logits[:, [special.lang_to_id[c] for c in codes]].argmax(dim=-1)
+        return [codes[i] for i in best.tolist()]
+
+    def decode(self, window: EncodedWindow, options: DecodeOptions, prompt: list[int] = ()) -> WindowResult:
+        return self.decode_batch(window, options, [prompt])[0]
+
+    @torch.inference_mode()
+    def decode_batch(self, window: EncodedWindow, options: DecodeOptions,
+                     prompts: list[list[int]] | None = None) -> list[WindowResult]:
+        """Decode every row of `window` together. Rows whose text fails the fallback checks are
+        decoded again, alone, at the next temperature."""
+        runtime, special = self.runtime, self.runtime.special
+        runtime.decoder.start(window.hidden)
+        if hasattr(self.drafter, "start_window"):
+            self.drafter.start_window(window)
+        prompts = prompts or [[] for _ in range(len(window.hidden))]
+        languages = [options.language] * len(prompts)
+        if options.language is None and special.is_multilingual:
+            languages = self.detect_language()
+        prefixes = [([special.sot_prev, *p[-MAX_PROMPT_TOKENS:]] if p else []) +
+                    special.prefix(lang, options.task, options.timestamps) for p, lang in zip(prompts, languages)]
+        if len({len(p) for p in prefixes}) > 1:
+            raise ValueError("rows decoded together need prompts of the same length")
+        filters = [WhisperLogitFilter(special, len(p), options.timestamps, runtime.vocab_size) for p in prefixes]
+        max_new = options.max_new_tokens or runtime.max_length - len(prefixes[0])
+        temperature, *higher = options.temperatures
+        no_speech = self._prefill(prefixes)
+        outs = generate_batch(runtime.decoder, prefixes, max_new, special.eot, drafter=self.drafter,
+                              lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
+                              generator=torch.Generator().manual_seed(options.seed))
+        results = [self._result(out, lang, temperature, p) for out, lang, p in zip(outs, languages, no_speech)]
+        for row, result in enumerate(results):
+            if higher and self._needs_fallback(result, options):
+                retry = replace(options, temperatures=tuple(higher), language=result.language)
+                single = EncodedWindow(window.mel[row:row + 1], window.hidden[row:row + 1])
+                results[row] = self.decode_batch(single, retry, [prompts[row]])[0]
+                results[row].stats.merge(result.stats)
+        return results
+
+    def _result(self, out, language: str | None, temperature: float, no_speech_prob: float) -> WindowResult:
+        eot = self.runtime.special.eot
+        tokens = out.tokens[:-1] if out.tokens and out.tokens[-1] == eot else out.tokens
+        return WindowResult(
+            tokens=tokens, language=language, temperature=temperature,
+            avg_logprob=out.sum_logprob / (len(tokens) + 1),
+            compression_ratio=compression_ratio(self.runtime.decode_text(tokens)),
+            no_speech_prob=no_speech_prob, from_draft=out.from_draft[:len(tokens)], stats=out.stats)
+
+    def _prefill(self, prefixes: list[list[int]]) -> list[float]:
+        """Fill the cache with all but the last prefix token; return P(<|nospeech|>) at <|sot|>."""
+        decoder, special = self.runtime.decoder, self.runtime.special
+        decoder.rollback(0)
+        sot_index = prefixes[0].index(special.sot)
+        tokens = torch.tensor(prefixes)
+        if sot_index == tokens.shape[1] - 1:  # <|sot|> is the last prefix token: one extra pass to see it
+            logits = decoder.forward(tokens)
+            decoder.rollback(tokens.shape[1] - 1)
+        else:
+            logits = decoder.forward(tokens[:, :-1])
+        return torch.softmax(logits[:, sot_index].float(), dim=-1)[:, special.no_speech].tolist()
+
+    @staticmethod
+    def _needs_fallback(result: WindowResult, options: DecodeOptions) -> bool:
+        if result.is_silence(options):
+            return False  # a higher temperature would only invent words
+        if options.compression_ratio_threshold is not None and result.compression_ratio > options.compression_ratio_threshold:
+            return True
+        return options.logprob_threshold is not None and result.avg_logprob < options.logprob_threshold

@@ -1,0 +1,131 @@
+"""Whisper drafters: draft decoders that read a window's encoder output.
+
+Each is the generic `ModelDrafter` over a `DecoderDraft`, a KV decoder seen as a draft model:
+
+* shared-encoder draft decoder (distil-whisper layout): its own few layers and cross-attention
+  projections over the *main* encoder's output — no second encoder pass;
+* early exit: the main decoder's own first E layers (their cache entries are reused when the main
+  decoder verifies the same tokens);
+* int8 self-draft: a dynamically quantised copy of the main decoder;
+* a separate Whisper with its own encoder (same vocabulary), run on the window's mel.
+
+Any of them can score only a subset of the vocabulary (`vocab_ids`): the head is the costliest part
+of a draft step, and the verifier still decides on the full vocabulary, so output is unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.whisper.kv_decoder import KVDecoder, OutputHead
+from whisperspec.whisper.model import EncodedWindow
+
+
+class DecoderDraft:
+    """A KVDecoder answering the DraftModel calls."""
+
+    def __init__(self, decoder: KVDecoder, vocab_ids: torch.Tensor | None = None, exit_layer: int | None = None,
+                 encoder: nn.Module | None = None, owns_cache: bool = True, head: nn.Module | None = None):
+        self.decoder, self.exit_layer, self.encoder = decoder, exit_layer, encoder
+        self.owns_cache = owns_cache  # False for early exit: the main decoder starts the shared cache
+        self.vocab_ids = vocab_ids  # the columns `head` scores (None: the whole vocabulary)
+        if head is None and vocab_ids is not None:
+            head = reduced_head(decoder.head, vocab_ids)
+        self.head = head  # None: the decoder's own head
+
+    @torch.inference_mode()
+    def start_window(self, window: EncodedWindow) -> None:
+        if self.owns_cache:
+            hidden = window.hidden if self.encoder is None else self.encoder(window.mel).last_hidden_state
+            self.decoder.start(hidden)
+
+    def held_tokens(self, row: int) -> list[int]:
+        top = (self.exit_layer or self.decoder.n_layers) - 1
+        return self.decoder.fed_tokens[row, :int(self.decoder.lengths[top, row])].tolist()
+
+    def rollback(self, lengths: list[int]) -> None:
+        # an early exit only rolls back the layers it runs: the layers above belong to the main model
+        self.decoder.rollback(lengths, layers=self.exit_layer)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        if self.owns_cache:  # an early exit's rows are the main decoder's, reordered with it
+            self.decoder.reorder(rows)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.decoder.forward(tokens, exit_layer=self.exit_layer, head=self.head)
+
+
+class WhisperDrafter(ModelDrafter):
+    """A ModelDrafter that is told when a new window (encoder output) begins."""
+
+    def start_window(self, window: EncodedWindow) -> None:
+        self.model.start_window(window)
+
+
+def reduced_head(head: nn.Module, vocab_ids: torch.Tensor) -> OutputHead:
+    """An output projection scoring only `vocab_ids` (rows of the full head)."""
+    return OutputHead(head.weight.detach()[vocab_ids].contiguous())
+
+
+def frequent_vocab(vocab_size: int, eot: int, size: int) -> torch.Tensor:
+    """The `size` most frequent text tokens plus every special and timestamp token.
+
+    Byte-level BPE ids follow merge order, which follows corpus frequency, so low ids are the
+    common ones; special and timestamp tokens (ids from end-of-text on) must stay reachable.
+    """
+    return torch.cat([torch.arange(min(size, eot)), torch.arange(eot, vocab_size)])
+
+
+def early_exit_drafter(runtime, exit_layer: int, vocab_size_kept: int | None = None) -> WhisperDrafter:
+    ids = _vocab(runtime, vocab_size_kept)
+    draft = DecoderDraft(runtime.decoder, ids, exit_layer=exit_layer, owns_cache=False)
+    return WhisperDrafter(draft, runtime.vocab_size)
+
+
+def int8_self_drafter(runtime, vocab_size_kept: int | None = 16384) -> WhisperDrafter:
+    """The main decoder with int8 weights (dynamic quantisation of every linear, head included)."""
+    from torch.ao.quantization import quantize_dynamic
+
+    decoder = copy.deepcopy(runtime.model.model.decoder).float()  # int8 kernels take float32 activations
+    ids = _vocab(runtime, vocab_size_kept)
+    weight = runtime.model.proj_out.weight.detach().float()
+    head = nn.Linear(weight.shape[1], weight.shape[0] if ids is None else len(ids), bias=False)
+    head.weight = nn.Parameter(weight if ids is None else weight[ids], requires_grad=False)
+    quantized = quantize_dynamic(nn.ModuleDict({"decoder": decoder, "head": head}), {nn.Linear}, dtype=torch.qint8)
+    kv = KVDecoder(quantized["decoder"], quantized["head"], max_length=runtime.max_length)
+    return WhisperDrafter(DecoderDraft(kv, ids, head=kv.head), runtime.vocab_size)
+
+
+def draft_model_drafter(runtime, draft_model: nn.Module, share_encoder: bool,
+                        vocab_size_kept: int | None = None) -> WhisperDrafter:
+    """A draft Whisper (or decoder-only WhisperForCausalLM) with the main model's vocabulary."""
+    kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length)
+    encoder = None if share_encoder else draft_model.model.encoder
+    return WhisperDrafter(DecoderDraft(kv, _vocab(runtime, vocab_size_kept), encoder=encoder), runtime.vocab_size)
+
+
+def _vocab(runtime, size: int | None) -> torch.Tensor | None:
+    if size is None or size >= runtime.special.eot:
+        return None
+    return frequent_vocab(runtime.vocab_size, runtime.special.eot, size)
+
+
+def draft_from_main(main: nn.Module, layers: list[int]) -> nn.Module:
+    """A distil-whisper-style draft built from the main model: the main encoder (shared, not
+    copied) and a decoder made of copies of the selected main decoder layers."""
+    config = copy.deepcopy(main.config)
+    config.decoder_layers = len(layers)
+    draft = type(main)(config).to(main.dtype).eval()
+    draft.model.encoder = main.model.encoder
+    source, target = main.model.decoder, draft.model.decoder
+    target.embed_tokens.weight = source.embed_tokens.weight  # tied to the head: shared, not copied
+    target.embed_positions.load_state_dict(source.embed_positions.state_dict())
+    target.layer_norm.load_state_dict(source.layer_norm.state_dict())
+    for slot, index in enumerate(layers):
+        target.layers[slot].load_state_dict(source.layers[index].state_dict())
+    draft.proj_out.weight = target.embed_tokens.weight
+    return draft
