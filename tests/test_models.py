@@ -1,0 +1,133 @@
+"""The CTranslate2 importer and the loading paths (embedded names, CT2 dirs, transformers dirs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+from whisperspec.models import ct2_model_dir, load_whisper, read_ct2_model, transformers_dir
+from whisperspec.models.ctranslate2 import load_tokenizer
+
+SENTENCES = ["the cat sat on the mat", " Please enter your password, followed by the pound key.",
+             "Hello world! It's 3:45pm — isn't it?", " théâtre, naïve café"]
+
+
+@pytest.mark.parametrize("name, vocab, layers", [("base", 51865, 6), ("tiny.en", 51864, 4)])
+def test_embedded_models_convert_with_full_vocabulary(name, vocab, layers):
+    bundle = load_whisper(name)
+    model, tokenizer, special = bundle.model, bundle.tokenizer, bundle.generation_config
+    assert model.config.vocab_size == vocab == len(tokenizer)
+    assert model.config.decoder_layers == layers
+    assert model.proj_out.weight.data_ptr() == model.model.decoder.embed_tokens.weight.data_ptr()  # tied
+    no_timestamps = special.no_timestamps_token_id
+    assert tokenizer.convert_ids_to_tokens([no_timestamps + 1, vocab - 1]) == ["<|0.00|>", "<|30.00|>"]
+    assert special.is_multilingual == (name == "base")
+    if name == "base":
+        assert special.lang_to_id["<|en|>"] == tokenizer.convert_tokens_to_ids("<|en|>")
+        assert special.task_to_id == {"transcribe": 50359, "translate": 50358}
+
+
+def test_tokenizer_repair_restores_the_missing_first_merge():
+    from tokenizers import Tokenizer
+
+    repaired = load_whisper("base").tokenizer
+    source = ct2_model_dir("base") / "tokenizer.json"
+    broken = Tokenizer.from_file(str(source))
+    assert "Ġ t" not in json.loads(source.read_text())["model"]["merges"]  # the defect is real
+    # A BPE vocabulary entry encodes to itself; every common word starting with " t" needs the
+    # missing merge ("Ġ" + "t") first.
+    words = [(i, repaired.decode([i])) for i in range(300, 3000)
+             if repaired.convert_ids_to_tokens(i).startswith("Ġt")][:100]
+    assert len(words) > 50
+    assert all(repaired.encode(text, add_special_tokens=False) == [i] for i, text in words)
+    assert sum(broken.encode(text, add_special_tokens=False).ids != [i] for i, text in words) > 40
+    for sentence in SENTENCES:
+        assert repaired.decode(repaired.encode(sentence, add_special_tokens=False)) == sentence
+
+
+def test_binary_reader_sees_every_variable():
+    variables = read_ct2_model(ct2_model_dir("tiny.en") / "model.bin")
+    assert variables["decoder/embeddings/weight"].shape == (51864, 384)
+    assert variables["decoder/projection/weight"] is variables["decoder/embeddings/weight"]  # alias
+    assert int(variables["encoder/num_heads"]) == 6
+
+
+def test_encoder_matches_ctranslate2():
+    """Same checkpoint, two engines: CTranslate2's own encoder vs ours after the import."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    import numpy as np
+
+    bundle = load_whisper("tiny.en")
+    features = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(0)).clamp(-1.5, 1.5)
+    with torch.inference_mode():
+        ours = bundle.model.model.encoder(features).last_hidden_state[0].numpy()
+    engine = ctranslate2.models.Whisper(str(ct2_model_dir("tiny.en")), device="cpu", compute_type="float32")
+    theirs = np.array(engine.encode(ctranslate2.StorageView.from_array(features.numpy()), to_cpu=True))[0]
+    assert np.abs(ours - theirs).max() < 1e-2  # measured ~1e-4: fp32 vs fp32, other kernels
+
+
+@pytest.mark.real
+def test_greedy_tokens_match_faster_whisper_on_real_speech():
+    pytest.importorskip("faster_whisper")
+    from pathlib import Path
+
+    from whisperspec.transcribe import Transcriber
+
+    clips = [str(Path(__file__).parent / "data" / f"{c}.flac") for c in ("tt-weasels", "ss-noservice")]
+    # CTranslate2 in a subprocess: it slows torch down in the same process
+    script = ("import json,sys\nfrom faster_whisper import WhisperModel\n"
+              "m=WhisperModel(sys.argv[1],device='cpu',compute_type='float32')\n"
+              "print(json.dumps([' '.join(s.text for s in m.transcribe(p,language='en',beam_size=1,"
+              "temperature=0,without_timestamps=True,condition_on_previous_text=False,vad_filter=False)[0])"
+              " for p in sys.argv[2:]]))")
+    out = subprocess.run([sys.executable, "-c", script, str(ct2_model_dir("base")), *clips],
+                         capture_output=True, text=True, check=True)
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    transcriber = Transcriber("base", language="en", temperature=0)
+    ours = [transcriber.transcribe(c).text for c in clips]
+    assert [t.strip() for t in ours] == [t.strip() for t in theirs]
+
+
+def test_from_pretrained_dirs_load_like_embedded(tmp_path):
+    """The hub-id / local-dir path: a random model saved with a real tokenizer."""
+    base = load_whisper("tiny.en")
+    config = WhisperConfig(vocab_size=51864, d_model=64, encoder_layers=2, decoder_layers=2,
+                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                           decoder_ffn_dim=128, decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256)
+    WhisperForConditionalGeneration(config).save_pretrained(tmp_path)
+    base.tokenizer.save_pretrained(tmp_path)
+    base.feature_extractor.save_pretrained(tmp_path)
+    base.generation_config.save_pretrained(tmp_path)
+    loaded = load_whisper(str(tmp_path))
+    assert transformers_dir(str(tmp_path)) == tmp_path
+    assert loaded.model.config.decoder_layers == 2 and len(loaded.tokenizer) == 51864
+    assert loaded.generation_config.no_timestamps_token_id == 50362
+
+
+def test_ct2_dir_of_a_user_is_converted_once_and_cached(tmp_path):
+    source = ct2_model_dir("tiny.en")
+    first = transformers_dir(str(source))
+    assert (first / "model.safetensors").is_file()
+    assert transformers_dir(str(source)) == first
+
+
+def test_import_ct2_command(tmp_path):
+    from whisperspec.cli import main
+
+    assert main(["import-ct2", str(ct2_model_dir("tiny.en")), str(tmp_path / "out")]) == 0
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {
+        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "preprocessor_config.json"}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging dir left
+
+
+def test_tokenizer_loader_rejects_an_inconsistent_vocabulary(tmp_path):
+    data = json.loads((ct2_model_dir("tiny.en") / "tokenizer.json").read_text())
+    data["added_tokens"][1]["id"] += 5  # a special token whose id does not follow the vocabulary
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="expected"):
+        load_tokenizer(tmp_path / "tokenizer.json", 51864)
