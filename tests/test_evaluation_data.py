@@ -1,0 +1,74 @@
+"""Manifests, folders with sidecars, the Asterisk recipe's references, and WER/CER scoring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from whisperspec.evaluation.asterisk import reference_text
+from whisperspec.evaluation.datasets import Utterance, load_dataset, read_manifest, write_manifest
+from whisperspec.evaluation.scoring import score
+
+TEST_MANIFEST = Path(__file__).parent / "data" / "references.jsonl"
+
+
+def test_manifest_round_trip_resolves_relative_paths(tmp_path):
+    utterances = [Utterance("a", "clips/a.flac", "hello there", "en", 1.5), Utterance("b", "/abs/b.wav", "hola", "es")]
+    path = write_manifest(utterances, tmp_path / "set" / "manifest.jsonl")
+    loaded = read_manifest(path)
+    assert loaded[0].audio == str(tmp_path / "set" / "clips" / "a.flac") and loaded[0].duration == 1.5
+    assert (loaded[1].audio, loaded[1].language, loaded[1].text) == ("/abs/b.wav", "es", "hola")
+    assert [p.name for p in path.parent.iterdir()] == ["manifest.jsonl"]  # no temporary file left
+
+
+def test_bundled_test_manifest_loads():
+    utterances = load_dataset(str(TEST_MANIFEST), limit=3)
+    assert len(utterances) == 3 and all(Path(u.audio).is_file() for u in utterances)
+
+
+def test_folder_with_sidecars(tmp_path):
+    (tmp_path / "one.wav").write_bytes(b"RIFF")
+    (tmp_path / "one.txt").write_text("first reference\n")
+    (tmp_path / "two.flac").write_bytes(b"fLaC")  # no sidecar: skipped
+    assert [(u.id, u.text) for u in load_dataset(str(tmp_path))] == [("one", "first reference")]
+
+
+def test_unknown_dataset_is_a_clear_error():
+    with pytest.raises(ValueError, match="asterisk-en"):
+        load_dataset("no-such-set")
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("[this is a simple beep tone]", None),
+    ("[silence]", None),
+    ("Please leave your message after the tone.  When done hang up or press the pound key. (simple tone sound plays)",
+     "Please leave your message after the tone. When done hang up or press the pound key."),
+    ("Press # to continue or * to go back.", "Press pound to continue or star to go back."),
+    ("Goodbye. (note: spoken slowly)", "Goodbye."),
+    ("Press 1 to record.", "Press 1 to record."),
+])
+def test_asterisk_references_are_fair(line, expected):
+    assert reference_text(line) == expected
+
+
+def test_asterisk_recipe_when_installed():
+    if not Path("/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz").is_file():
+        pytest.skip("sudo apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-g722")
+    utterances = load_dataset("asterisk-en", limit=5)
+    assert len(utterances) == 5 and all(Path(u.audio).is_file() and u.text for u in utterances)
+
+
+def test_wer_and_cer_against_hand_counts():
+    one_deletion = score(["the cat sat on the mat"], ["the cat sat on mat"], "en")
+    assert one_deletion.wer == pytest.approx(1 / 6) and one_deletion.deletions == 1
+    # corpus WER is total edits over total reference words, not a mean of utterance WERs
+    corpus = score(["a b c d", "e f"], ["a b c d", "x"], "en")
+    assert corpus.wer == pytest.approx(2 / 6) and corpus.per_utterance_wer == [0.0, 1.0]
+    assert score(["abc"], ["abd"], "fr").cer == pytest.approx(1 / 3)
+
+
+def test_normaliser_makes_scoring_fair():
+    assert score(["Twenty-one people, please!"], ["21 people please"], "en").wer == 0
+    assert score(["Hello, World."], ["hello world"], "de").wer == 0
+    assert score([""], ["hallucinated words"], "en").insertions == 2

@@ -1,0 +1,102 @@
+"""The Asterisk core sound prompts as an evaluation set: professional read speech (Allison Smith,
+CC BY-SA 3.0) from Debian packages, with the transcripts the packages ship.
+
+    sudo apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-g722   (or -es)
+
+The 16-kHz G.722 files are decoded once to FLAC in the cache so every system (faster-whisper in
+its own process included) reads plain files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from whisperspec.cache import cache_dir
+from whisperspec.evaluation.datasets import Utterance, read_manifest, write_manifest
+
+SOUNDS = {"en": "/usr/share/asterisk/sounds/en_US_f_Allison", "es": "/usr/share/asterisk/sounds/es_MX_f_Allison"}
+TRANSCRIPTS = "/usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz"
+SAMPLE_RATE = 16000
+
+
+def reference_text(text: str) -> str | None:
+    """A fair reference from a transcript line, or None when the prompt is not speech."""
+    text = re.sub(r"\((?:note|simple|sound)[^)]*\)", " ", text, flags=re.I)  # remarks about the recording
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # [beep], [silence], [this is a tone]
+    text = re.sub(r"(?<=\s)#|^#", " pound ", text)  # the pound key as written
+    text = re.sub(r"(?<=\s)\*(?=\s|$)|^\*", " star ", text)  # the star key
+    text = " ".join(text.split())
+    return text if re.search(r"\w", text) else None
+
+
+def read_transcripts(language: str) -> dict[str, str]:
+    path = Path(TRANSCRIPTS.format(lang=language))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: sudo apt-get install asterisk-core-sounds-{language} "
+                                f"asterisk-core-sounds-{language}-g722")
+    entries = {}
+    for line in gzip.open(path, "rt", encoding="utf-8", errors="replace"):
+        if line.startswith(";") or ":" not in line:
+            continue
+        name, _, text = line.partition(":")
+        reference = reference_text(text)
+        if reference:
+            entries[name.strip()] = reference
+    return entries
+
+
+def prompts(language: str = "en") -> list[Utterance]:
+    """Every prompt with speech and audio, as a cached manifest of 16-kHz FLAC files."""
+    manifest = cache_dir() / "datasets" / f"asterisk-{language}" / "manifest.jsonl"
+    if manifest.is_file():
+        return read_manifest(manifest)
+    from whisperspec.audio import AudioError, load_audio
+
+    sounds, out = Path(SOUNDS[language]), manifest.parent / "audio"
+    utterances = []
+    for name, text in sorted(read_transcripts(language).items()):
+        source = next((p for p in (sounds / f"{name}.g722", sounds / f"{name}.wav") if p.is_file()), None)
+        if source is None:
+            continue
+        try:
+            samples = load_audio(source)
+        except AudioError:
+            continue
+        target = out / f"{name.replace('/', '__')}.flac"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(target, samples, SAMPLE_RATE, subtype="PCM_16")
+        utterances.append(Utterance(name, str(target), text, language, round(len(samples) / SAMPLE_RATE, 3)))
+    if not utterances:
+        raise FileNotFoundError(f"no Asterisk audio under {sounds}: sudo apt-get install "
+                                f"asterisk-core-sounds-{language}-g722")
+    return read_manifest(write_manifest(utterances, manifest))
+
+
+def long_form(language: str = "en", minutes: float = 3.0, files: int = 4) -> list[Utterance]:
+    """Prompts joined (1 s of silence between) into multi-minute files with joined references."""
+    manifest = cache_dir() / "datasets" / f"asterisk-{language}-long" / "manifest.jsonl"
+    if manifest.is_file():
+        return read_manifest(manifest)
+    pause = np.zeros(SAMPLE_RATE, dtype=np.float32)
+    pool, utterances = prompts(language), []
+    cursor = 0
+    for index in range(files):
+        pieces, texts, seconds = [], [], 0.0
+        while seconds < minutes * 60 and cursor < len(pool):
+            samples, _ = sf.read(pool[cursor].audio, dtype="float32")
+            pieces += [samples, pause]
+            texts.append(pool[cursor].text)
+            seconds += len(samples) / SAMPLE_RATE + 1
+            cursor += 1
+        if not pieces:
+            break
+        target = manifest.parent / f"long-{index:02d}.flac"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(target, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")
+        utterances.append(Utterance(f"long-{index:02d}", str(target), " ".join(texts), language, round(seconds, 3)))
+    return read_manifest(write_manifest(utterances, manifest))
