@@ -87,3 +87,27 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
         for lookahead in ("1", "4", "heuristic", "confidence"):
             rows = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode_batch(window, options)
             assert [r.tokens for r in rows] == singles, (name, lookahead)
+
+
+def test_long_form_with_a_drafter_matches_plain(tmp_path):
+    """Timestamps, window seeking and prompts from the previous window: all through the drafter."""
+    import numpy as np
+
+    from tiny_models import real_vocabulary
+    from whisperspec.transcribe import Transcriber
+
+    tokenizer, generation_config, _ = real_vocabulary("tiny.en")
+    model = tiny_whisper(6, dtype=torch.float32)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    generation_config.save_pretrained(tmp_path)
+    from transformers import WhisperFeatureExtractor
+
+    WhisperFeatureExtractor().save_pretrained(tmp_path)
+    audio = np.random.default_rng(0).normal(0, 0.1, 16000 * 61).astype(np.float32)
+    options = dict(language="en", temperature=0, timestamps=True)
+    plain = Transcriber(str(tmp_path), **options).transcribe(audio)
+    assert plain.stats["windows"] >= 3
+    for draft in ("ngram", "early-exit:2", "int8"):
+        fast = Transcriber(str(tmp_path), draft=draft, lookahead="3", **options).transcribe(audio)
+        assert [(s.start, s.end, s.tokens) for s in fast.segments] == [(s.start, s.end, s.tokens) for s in plain.segments]

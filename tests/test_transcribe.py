@@ -110,3 +110,21 @@ def test_cli_reports_bad_files_and_transcribes_the_rest(tmp_path, capsys):
     assert "weasels" in captured.out.lower()
     assert sorted(p.name for p in out.iterdir()) == ["tt-weasels.json", "tt-weasels.srt", "tt-weasels.txt"]
     assert json.loads((out / "tt-weasels.json").read_text())["text"]
+
+
+def test_odd_but_valid_inputs_and_silence(base, tmp_path):
+    import librosa
+
+    from whisperspec.audio import AudioError
+
+    speech, _ = sf.read(CLIPS / "tt-weasels.flac", dtype="float32")
+    narrow = librosa.resample(speech, orig_sr=16000, target_sr=8000)
+    eight_channels = np.stack([narrow * (0.5 + c / 16) for c in range(8)], axis=1)  # 8 kHz, 8 channels
+    sf.write(tmp_path / "phone.wav", eight_channels, 8000, subtype="PCM_16")
+    result = base.transcribe(tmp_path / "phone.wav")
+    assert score([REFERENCES["tt-weasels"]], [result.text], "en").wer <= 0.2, result.text
+    sf.write(tmp_path / "silence.wav", np.zeros(16000 * 5, dtype=np.float32), 16000)
+    silent = base.transcribe(tmp_path / "silence.wav")
+    assert (silent.text, silent.segments, silent.duration) == ("", [], 5.0)
+    with pytest.raises(AudioError, match="audio array"):
+        base.transcribe(np.full(16000, np.nan, dtype=np.float32))

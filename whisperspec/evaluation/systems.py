@@ -1,0 +1,133 @@
+"""The systems an evaluation compares, each answering `transcribe(utterance) -> Output`.
+
+Spec strings (for `--systems`):
+    whisperspec[:DRAFT[:LOOKAHEAD]]          e.g. whisperspec, whisperspec:int8:6, whisperspec:ngram:cost,
+                                             whisperspec:early-exit:5:4 (a last field that reads as a
+                                             lookahead is one: whisperspec:early-exit:4 drafts with k=4)
+    transformers[:assistant=MODEL | :prompt-lookup=N]
+    faster-whisper:int8 | faster-whisper:float32
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from whisperspec.audio import N_SAMPLES, SAMPLE_RATE, load_audio
+from whisperspec.evaluation.datasets import Utterance
+
+
+@dataclass
+class Output:
+    text: str
+    seconds: float
+    tokens: int = 0
+    stats: dict = field(default_factory=dict)
+
+
+class WhisperspecSystem:
+    def __init__(self, name: str, model: str, draft: str | None, lookahead: str | None):
+        from whisperspec.transcribe import Transcriber
+
+        self.name, self.draft, self.lookahead = name, draft, lookahead
+        self.transcriber = Transcriber(model, draft=draft, lookahead=lookahead)
+
+    def transcribe(self, utterance: Utterance) -> Output:
+        start = time.perf_counter()
+        result = self.transcriber.transcribe(utterance.audio, language=utterance.language)
+        return Output(result.text, time.perf_counter() - start, result.stats["tokens"], result.stats["speculation"])
+
+
+class TransformersSystem:
+    """transformers' own generate(): greedy, or with its assisted-generation options."""
+
+    def __init__(self, name: str, model: str, assistant: str | None = None, prompt_lookup: int | None = None):
+        from whisperspec.models import load_whisper
+
+        self.name = name
+        bundle = load_whisper(model)
+        self.model, self.tokenizer, self.features = bundle.model, bundle.tokenizer, bundle.feature_extractor
+        self.options = {}
+        if assistant:
+            # transformers reads draft options from the assistant's generation_config, not from generate()
+            self.options["assistant_model"] = load_whisper(assistant).model
+        if prompt_lookup:
+            self.options["prompt_lookup_num_tokens"] = prompt_lookup
+
+    @torch.inference_mode()
+    def transcribe(self, utterance: Utterance) -> Output:
+        start = time.perf_counter()
+        audio = load_audio(utterance.audio)
+        long = len(audio) > N_SAMPLES
+        inputs = self.features(audio, sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=long,
+                               **({"truncation": False, "padding": "longest"} if long else {}))
+        out = self.model.generate(inputs.input_features, attention_mask=inputs.get("attention_mask"),
+                                  language=utterance.language, task="transcribe", return_timestamps=long,
+                                  **self.options)
+        tokens = out[0] if not isinstance(out, dict) else out["sequences"][0]
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return Output(text, time.perf_counter() - start, len(tokens))
+
+
+class FasterWhisperSystem:
+    """faster-whisper on the same checkpoint, in a worker process of its own."""
+
+    def __init__(self, name: str, model: str, compute_type: str):
+        from whisperspec.models import EMBEDDED_MODELS, ct2_model_dir
+
+        self.name = name
+        model_dir = ct2_model_dir(model) if model in EMBEDDED_MODELS else model
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "whisperspec.evaluation.fw_worker", str(model_dir), compute_type],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._read()  # {"ready": true}
+        self.peak_rss_mb = 0.0
+
+    def transcribe(self, utterance: Utterance) -> Output:
+        short = (utterance.duration or 0) <= 30
+        self.process.stdin.write(json.dumps({"audio": utterance.audio, "language": utterance.language,
+                                             "short": short}) + "\n")
+        self.process.stdin.flush()
+        reply = self._read()
+        self.peak_rss_mb = max(self.peak_rss_mb, reply["peak_rss_mb"])
+        return Output(reply["text"], reply["seconds"], reply["tokens"])
+
+    def _read(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name}: the faster-whisper worker exited (code {self.process.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def build_system(spec: str, model: str):
+    kind, _, rest = spec.partition(":")
+    if kind == "whisperspec":
+        draft, _, last = rest.rpartition(":")
+        if not (draft and _is_lookahead(last)):  # the last field is the lookahead only if it reads as one
+            draft, last = rest, ""
+        return WhisperspecSystem(spec, model, draft or None, last or None)
+    if kind == "transformers":
+        option, _, value = rest.partition("=")
+        if option == "assistant":
+            return TransformersSystem(spec, model, assistant=value)
+        if option == "prompt-lookup":
+            return TransformersSystem(spec, model, prompt_lookup=int(value))
+        return TransformersSystem(spec, model)
+    if kind == "faster-whisper":
+        return FasterWhisperSystem(spec, model, rest or "int8")
+    raise ValueError(f"unknown system {spec!r}: whisperspec[:DRAFT[:LOOKAHEAD]], transformers[:...], "
+                     "faster-whisper:int8|float32")
+
+
+def _is_lookahead(text: str) -> bool:
+    """'6', 'heuristic', 'confidence', 'cost' — but not 'int8:8192''s vocabulary size."""
+    return (text.isdigit() and int(text) <= 32) or text in ("heuristic", "confidence", "cost")
