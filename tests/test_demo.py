@@ -1,0 +1,59 @@
+"""The demo's request handling, without a browser (the browser test is test_demo_browser.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from whisperspec.demo import TranscriberPool, resolve_model, stats_markdown, token_view, transcribe_request
+from whisperspec.result import Segment, Transcription
+
+CLIP = Path(__file__).parent / "data" / "tt-weasels.flac"
+
+
+class FakeTokenizer:
+    def decode(self, ids):
+        return {1: " Wea", 2: "sels", 3: " <b>"}[ids[0]]
+
+
+def test_token_view_marks_drafted_and_main_tokens_and_escapes_text():
+    view = token_view([Segment(0, 1, "", [1, 2, 3], [False, True, True])], FakeTokenizer())
+    assert view.count('class="ws-tok ws-draft"') == 3  # two tokens + the legend entry
+    assert view.count('class="ws-tok ws-main"') == 2
+    assert "&lt;b&gt;" in view and "<b>" not in view
+
+
+def test_stats_show_the_comparison():
+    def result(decoder_ms, tokens):
+        return Transcription("x", [Segment(0, 1, "x", tokens)], "en", 1.0,
+                             {"decoder_ms": decoder_ms, "encoder_ms": 5, "tokens": 3,
+                              "speculation": {"acceptance_rate": 0.5, "mean_accepted_length": 2.0}})
+    same = stats_markdown(result(50, [1, 2]), plain=result(100, [1, 2]))
+    assert "2.00x" in same and "identical" in same and "50.0%" in same
+    assert "DIFFER" in stats_markdown(result(50, [1, 2]), plain=result(100, [1, 3]))
+
+
+def test_model_field_only_accepts_known_models(tmp_path):
+    assert resolve_model("tiny.en") == "tiny.en" and resolve_model("") == "base"
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    assert resolve_model(str(tmp_path / "model")) == str(tmp_path / "model")
+    for bad in ("/etc/passwd", "/etc", "../../secret", "openai/whisper-large-v2"):
+        with pytest.raises(ValueError, match="local model folder"):
+            resolve_model(bad)
+
+
+@pytest.mark.real
+def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
+    pool = TranscriberPool()
+    text, segments, view, stats, files = transcribe_request(pool, str(CLIP), "tiny.en", "int8", "4", "", "", True)
+    assert "phone system" in text.lower() and segments and "ws-tok" in view
+    assert "identical" in stats and sorted(Path(f).suffix for f in files) == [".json", ".srt", ".txt", ".vtt"]
+    broken = tmp_path / "upload.wav"
+    broken.write_text("not audio at all")
+    with pytest.raises(ValueError, match="upload.wav") as error:
+        transcribe_request(pool, str(broken), "tiny.en", "int8", "4", "", "", False)
+    assert str(tmp_path) not in str(error.value)  # the page never shows server paths
+    with pytest.raises(ValueError, match="upload or record"):
+        transcribe_request(pool, None, "tiny.en", "none", "4", "", "", False)

@@ -1,0 +1,183 @@
+"""Gradio demo: transcribe with and without speculation, and see which tokens the draft got right.
+
+    whisperspec demo [--host 127.0.0.1] [--port 7860]      (or: python app/app.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import tempfile
+import threading
+from pathlib import Path
+
+from whisperspec.audio import AudioError
+from whisperspec.models import EMBEDDED_MODELS
+from whisperspec.output import write_outputs
+from whisperspec.transcribe import Transcriber
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample.flac"
+DRAFTS = ["none", "auto", "int8", "early-exit", "ngram"]
+LOOKAHEADS = ["4", "6", "heuristic", "confidence", "cost"]
+MAX_UPLOAD_BYTES = 200 << 20  # a 2-core machine: hours of audio would block the queue for everyone
+LEGEND = ('<div class="ws-legend"><span class="ws-tok ws-draft">drafted, accepted</span>'
+          '<span class="ws-tok ws-main">from the main model (correction or bonus)</span></div>')
+CSS = """
+.ws-tokens { line-height: 2.1; font-size: 1.05em; }
+.ws-tok { padding: 2px 1px; border-radius: 4px; margin: 0 1px; white-space: pre-wrap; }
+.ws-draft { background: #c8f7c5; color: #114411; }
+.ws-main { background: #ffd8a8; color: #5a2d00; }
+.ws-legend .ws-tok { margin-right: 12px; padding: 2px 8px; }
+"""
+
+
+class TranscriberPool:
+    """Models load once and are shared by every request (one per model/drafter/lookahead)."""
+
+    def __init__(self):
+        self._transcribers: dict[tuple, Transcriber] = {}
+        self._lock = threading.Lock()
+
+    def get(self, model: str, draft: str, lookahead: str) -> Transcriber:
+        key = (model, draft, lookahead)
+        with self._lock:
+            if key not in self._transcribers:
+                self._transcribers[key] = Transcriber(model, draft=draft, lookahead=lookahead)
+            return self._transcribers[key]
+
+
+def resolve_model(text: str) -> str:
+    """Only an embedded name or an existing local model folder: a request never names any other file."""
+    text = (text or "").strip() or "base"
+    if text in EMBEDDED_MODELS:
+        return text
+    path = Path(text).expanduser()
+    if path.is_dir() and ((path / "config.json").is_file() or (path / "model.bin").is_file()):
+        return str(path)
+    raise ValueError(f"model {text!r}: use {' or '.join(EMBEDDED_MODELS)}, or the path of a local model folder")
+
+
+def token_view(segments, tokenizer) -> str:
+    """Every output token, coloured by how it arrived."""
+    spans = []
+    for segment in segments:
+        for token, drafted in zip(segment.tokens, segment.from_draft or [False] * len(segment.tokens)):
+            kind, title = ("ws-draft", "proposed by the draft, accepted") if drafted else (
+                "ws-main", "produced by the main model")
+            spans.append(f'<span class="ws-tok {kind}" title="{title}">'
+                         f"{html.escape(tokenizer.decode([token]))}</span>")
+    return LEGEND + '<div class="ws-tokens">' + "".join(spans) + "</div>"
+
+
+def stats_markdown(result, plain=None) -> str:
+    stats, spec = result.stats, result.stats.get("speculation", {})
+    decode_s = stats.get("decoder_ms", 0) / 1e3
+    rows = [("audio", f"{result.duration:.2f} s"), ("encoder", f"{stats.get('encoder_ms', 0):.0f} ms"),
+            ("decoder", f"{stats.get('decoder_ms', 0):.0f} ms"),
+            ("tokens/s", f"{stats.get('tokens', 0) / decode_s:.1f}" if decode_s else "-"),
+            ("acceptance rate", f"{spec.get('acceptance_rate', 0):.1%}"),
+            ("tokens per main pass", f"{spec.get('mean_accepted_length', 0):.2f}")]
+    if plain is not None:
+        same = [s.tokens for s in plain.segments] == [s.tokens for s in result.segments]
+        speedup = plain.stats["decoder_ms"] / max(stats["decoder_ms"], 1e-9)
+        rows += [("without draft: decoder", f"{plain.stats['decoder_ms']:.0f} ms"),
+                 ("decode speed-up", f"{speedup:.2f}x"),
+                 ("transcripts", "identical ✔" if same else f"DIFFER (a bug): {plain.text!r}")]
+    return "| measure | value |\n|---|---|\n" + "\n".join(f"| {name} | {value} |" for name, value in rows)
+
+
+def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahead, language, task, compare,
+                       progress=None):
+    """One request: returns (text, segments, token view, stats, files). Raises ValueError with a
+    message for the page when the input cannot be used."""
+    if not audio_path:
+        raise ValueError("upload or record some audio first")
+    upload = Path(audio_path)
+    if upload.stat().st_size > MAX_UPLOAD_BYTES:
+        raise ValueError(f"{upload.name}: larger than {MAX_UPLOAD_BYTES >> 20} MB")
+    model = resolve_model(model)
+    options = {"language": language or None, "task": task or "transcribe"}
+    if progress:
+        progress(0.1, desc="loading model")
+    transcriber = pool.get(model, draft, lookahead)
+    if progress:
+        progress(0.3, desc="transcribing")
+    try:
+        result = transcriber.transcribe(upload, **options)
+        plain = pool.get(model, "none", lookahead).transcribe(upload, **options) if compare and draft != "none" else None
+    except AudioError as error:
+        raise ValueError(str(error).replace(str(upload), upload.name)) from error  # no server paths shown
+    out_dir = Path(tempfile.mkdtemp(prefix="request-", dir=_results_root()))
+    files = write_outputs(result, out_dir, upload.stem or "transcript", ["all"])
+    segments = [[round(s.start, 2), round(s.end, 2), s.text.strip()] for s in result.segments]
+    return (result.text, segments, token_view(result.segments, transcriber.runtime.tokenizer),
+            stats_markdown(result, plain), [str(f) for f in files])
+
+
+_results = None
+
+
+def _results_root() -> str:
+    """One temporary folder per server process for result files, removed when the process ends."""
+    global _results
+    if _results is None:
+        _results = tempfile.TemporaryDirectory(prefix="whisperspec-demo-")
+    return _results.name
+
+
+def build_demo(default_model: str = "base"):
+    import gradio as gr
+
+    pool = TranscriberPool()
+
+    def run(audio_path, model, draft, lookahead, language, task, compare, progress=gr.Progress()):
+        try:
+            return transcribe_request(pool, audio_path, model, draft, lookahead, language, task, compare, progress)
+        except ValueError as error:
+            raise gr.Error(str(error)) from error
+
+    # Uploads live in Gradio's temporary folder (one copy per distinct file, shared by requests that
+    # upload the same bytes); delete_cache removes them, and the result files, after an hour.
+    with gr.Blocks(title="whisperspec", css=CSS, delete_cache=(600, 3600)) as demo:
+        gr.Markdown("# whisperspec\nWhisper on the CPU with lossless speculative decoding: a cheap draft "
+                    "proposes tokens, the main model checks them in one pass and keeps exactly its own output.")
+        with gr.Row():
+            with gr.Column(scale=1):
+                audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio")
+                model = gr.Textbox(default_model, label="Model",
+                                   info="base, tiny.en, or a local model folder (no other paths are read)")
+                draft = gr.Dropdown(DRAFTS, value="auto", label="Drafter")
+                lookahead = gr.Dropdown(LOOKAHEADS, value="6", label="Lookahead")
+                with gr.Row():
+                    language = gr.Textbox("", label="Language", placeholder="detect")
+                    task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
+                compare = gr.Checkbox(True, label="Compare with decoding without a draft")
+                button = gr.Button("Transcribe", variant="primary", elem_id="transcribe")
+            with gr.Column(scale=2):
+                text = gr.Textbox(label="Transcript", lines=3, elem_id="transcript")
+                tokens = gr.HTML(label="Tokens", elem_id="token-view")
+                stats = gr.Markdown(elem_id="stats")
+                segments = gr.Dataframe(headers=["start", "end", "text"], label="Segments")
+                files = gr.File(label="Download (txt, srt, vtt, json)", file_count="multiple")
+        inputs = [audio, model, draft, lookahead, language, task, compare]
+        button.click(run, inputs, [text, segments, tokens, stats, files])
+        if SAMPLE.is_file():
+            gr.Examples([[str(SAMPLE), default_model, "auto", "6", "", "transcribe", True]], inputs,
+                        label="Bundled sample (Asterisk prompt, CC BY-SA 3.0)")
+    # one request at a time: a decode already uses both cores of this machine
+    return demo.queue(default_concurrency_limit=1, max_size=64)
+
+
+def main(host: str = "127.0.0.1", port: int = 7860, model: str = "base") -> None:
+    build_demo(model).launch(server_name=host, server_port=port, allowed_paths=[str(SAMPLE.parent)])
+
+
+def cli(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="whisperspec demo", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--model", default="base")
+    args = parser.parse_args(argv)
+    main(args.host, args.port, args.model)
+    return 0
+
