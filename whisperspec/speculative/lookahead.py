@@ -101,7 +101,9 @@ def _per_token_acceptance(verdict: Verdict) -> float:
 
 
 def make_lookahead(spec: str | int | None, default: str = "heuristic"):
-    """'4' / 4 -> Fixed(4); 'heuristic'; 'confidence[:t]'; 'cost'."""
+    """'4' / 4 -> Fixed(4); 'heuristic'; 'confidence[:t]'; 'cost'; a policy object passes through."""
+    if hasattr(spec, "k"):
+        return spec
     spec = default if spec is None else str(spec)
     name, _, arg = spec.partition(":")
     if name.isdigit():

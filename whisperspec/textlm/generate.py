@@ -1,0 +1,122 @@
+"""Speculative generation for any transformers causal LM, on the same verifier and drafters as
+Whisper. The option names users already know work too, so switching is a one-line change:
+
+    generate(model, tok, prompt, assistant_model=small)                    # transformers
+    generate(model, tok, prompt, prompt_lookup_num_tokens=10)
+    generate(model, tok, prompt, assistant_early_exit=4, num_assistant_tokens=5)
+    generate(model, tok, prompt, generation_config=GenerationConfig(speculative_decoding=True,
+             draft_model=small, num_draft_tokens=5))
+    generate(model, tok, prompt, draft="ngram", lookahead="heuristic")     # whisperspec's own
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.speculative.drafters.ngram import NgramDrafter
+from whisperspec.speculative.generate import generate as speculative_generate
+from whisperspec.speculative.lookahead import Confidence, Fixed, Heuristic, make_lookahead
+from whisperspec.speculative.stats import SpeculationStats
+from whisperspec.textlm.models import CausalLM, first_layers
+
+
+@dataclass
+class TextGeneration:
+    text: str
+    tokens: list[int]
+    stats: SpeculationStats = field(default_factory=SpeculationStats)
+
+
+def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead=None, max_new_tokens: int = 128,
+             temperature: float = 0.0, seed: int = 0, stop: list[str] | None = None, chat: bool = False,
+             on_text: Callable[[str], None] | None = None, **transformers_options) -> TextGeneration:
+    """Greedy (token-for-token plain greedy) or sampled (the target's distribution) generation.
+
+    draft: None/"none", "ngram[:N]", "early-exit[:E]", or a model with the same tokenizer.
+    on_text receives the new text as each round is verified (streaming).
+    """
+    draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options)
+    ids = _prompt_ids(tokenizer, prompt, chat)
+    target = CausalLM(model)
+    if len(ids) > 1:  # the loop expects the cache to hold all but the last token
+        target.forward(torch.tensor([ids[:-1]]))
+    drafter = make_text_drafter(draft, model)
+    streamed: list[int] = []
+
+    def on_tokens(new_tokens: list[int]) -> None:
+        before = tokenizer.decode(streamed, skip_special_tokens=True)
+        streamed.extend(new_tokens)
+        if on_text:
+            on_text(tokenizer.decode(streamed, skip_special_tokens=True)[len(before):])
+
+    out = speculative_generate(target, ids, max_new_tokens, tokenizer.eos_token_id, drafter=drafter,
+                               lookahead=make_lookahead(lookahead, default="6") if drafter else None,
+                               temperature=temperature, generator=torch.Generator().manual_seed(seed),
+                               on_tokens=on_tokens)
+    text = tokenizer.decode(out.tokens, skip_special_tokens=True)
+    for marker in stop or []:  # stop strings end the text where they first appear
+        if marker in text:
+            text = text[:text.index(marker)]
+    return TextGeneration(text, out.tokens, out.stats)
+
+
+def make_text_drafter(draft, target_model):
+    if draft in (None, "none"):
+        return None
+    if isinstance(draft, str):
+        name, _, arg = draft.partition(":")
+        if name == "ngram":
+            return NgramDrafter(max_ngram=int(arg or 3))
+        if name == "early-exit":
+            return ModelDrafter(CausalLM(first_layers(target_model, int(arg or target_model.config.num_hidden_layers // 2))),
+                                target_model.config.vocab_size)
+        from whisperspec.textlm.loading import load_causal_lm
+
+        draft = load_causal_lm(draft)[0]
+    if draft.config.vocab_size != target_model.config.vocab_size:
+        raise ValueError("the draft's vocabulary differs from the target's: a different-tokenizer draft "
+                         "(universal assisted decoding) is not supported by whisperspec's text module yet")
+    return ModelDrafter(CausalLM(draft), target_model.config.vocab_size)
+
+
+def _translate_options(draft, lookahead, temperature, options: dict):
+    """Map transformers' assisted-generation argument names onto whisperspec's."""
+    config = options.pop("generation_config", None)
+    if config is not None and getattr(config, "speculative_decoding", False):
+        draft = getattr(config, "draft_model", draft)
+        lookahead = getattr(config, "num_draft_tokens", lookahead)
+    if options.pop("assistant_tokenizer", None) is not None:
+        raise ValueError("a draft with another tokenizer (assistant_tokenizer) is not supported yet")
+    options.pop("tokenizer", None)
+    draft = options.pop("assistant_model", draft)
+    if options.get("prompt_lookup_num_tokens"):
+        draft, lookahead = "ngram", Fixed(options.pop("prompt_lookup_num_tokens"))
+    if options.get("assistant_early_exit"):
+        draft = f"early-exit:{options.pop('assistant_early_exit')}"
+    k = options.pop("num_assistant_tokens", None)
+    schedule = options.pop("num_assistant_tokens_schedule", None)
+    if k is not None or schedule is not None:
+        lookahead = Heuristic(k or 5) if schedule == "heuristic" else Fixed(k or 5)
+    threshold = options.pop("assistant_confidence_threshold", None)
+    if threshold:
+        lookahead = Confidence(lookahead.lookahead if isinstance(lookahead, Fixed) else 8, threshold)
+    if options.pop("do_sample", False):
+        temperature = options.pop("temperature", 1.0) or 1.0
+    elif "temperature" in options:
+        temperature = options.pop("temperature")
+    if options:
+        raise TypeError(f"unknown generation options: {', '.join(sorted(options))}")
+    return draft, lookahead, temperature
+
+
+def _prompt_ids(tokenizer, prompt, chat: bool) -> list[int]:
+    if isinstance(prompt, list):
+        return prompt
+    if chat:
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                             tokenize=True, return_dict=False)
+    return tokenizer(prompt).input_ids

