@@ -72,3 +72,32 @@ def test_normaliser_makes_scoring_fair():
     assert score(["Twenty-one people, please!"], ["21 people please"], "en").wer == 0
     assert score(["Hello, World."], ["hello world"], "de").wer == 0
     assert score([""], ["hallucinated words"], "en").insertions == 2
+
+
+def test_huggingface_audio_sets_become_plain_files(monkeypatch, tmp_path):
+    """hf:NAME:CONFIG:SPLIT, with `datasets` replaced by a stand-in holding two rows in memory."""
+    import sys
+    import types
+
+    import numpy as np
+    import soundfile as sf
+
+    rows = [{"id": f"utt{i}", "sentence": f"sentence {i}",
+             "audio": {"array": np.full(8000 * (i + 1), 0.1, dtype=np.float32), "sampling_rate": 8000}}
+            for i in range(2)]
+
+    class FakeDataset(list):
+        column_names = ["id", "audio", "sentence"]
+
+        def select(self, indices):
+            return [self[i] for i in indices]
+
+    calls = []
+    fake = types.SimpleNamespace(load_dataset=lambda *args, **kw: calls.append((args, kw)) or FakeDataset(rows))
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    monkeypatch.setenv("WHISPERSPEC_CACHE", str(tmp_path))
+    utterances = load_dataset("hf:some/set:clean:test", limit=2)
+    assert calls == [(("some/set", "clean"), {"split": "test"})]
+    assert [(u.id, u.text, u.duration) for u in utterances] == [("utt0", "sentence 0", 1.0), ("utt1", "sentence 1", 2.0)]
+    samples, rate = sf.read(utterances[1].audio)
+    assert rate == 8000 and len(samples) == 16000

@@ -60,14 +60,57 @@ def read_folder(folder: Path, language: str | None = "en") -> list[Utterance]:
             if audio.suffix.lower() in AUDIO_SUFFIXES and audio.with_suffix(".txt").is_file()]
 
 
+def huggingface_dataset(spec: str, limit: int | None = None) -> list[Utterance]:
+    """`hf:NAME[:CONFIG[:SPLIT]]`, e.g. hf:librispeech_asr:clean:test — any Hugging Face `datasets`
+    audio set the user has (offline: from their datasets cache). Audio is written once to FLAC in
+    our cache, so every system (faster-whisper in its own process too) reads plain files."""
+    import hashlib
+
+    import soundfile as sf
+
+    from whisperspec.cache import cache_dir
+
+    try:
+        import datasets
+    except ImportError as error:
+        raise ValueError("hf: data sets need the `datasets` package: pip install datasets") from error
+    name, config, split = (spec.split(":", 3)[1:] + [None, None])[:3]
+    data = datasets.load_dataset(name, config, split=split or "test")
+    text_column = next((c for c in ("text", "sentence", "transcription", "normalized_text")
+                        if c in data.column_names), None)
+    if text_column is None or "audio" not in data.column_names:
+        raise ValueError(f"{spec}: needs an 'audio' column and one of text/sentence/transcription")
+    folder = cache_dir() / "datasets" / ("hf-" + hashlib.sha1(spec.encode()).hexdigest()[:12])
+    folder.mkdir(parents=True, exist_ok=True)
+    utterances = []
+    for index, row in enumerate(data.select(range(min(limit or len(data), len(data))))):
+        path = folder / f"{index:06d}.flac"
+        samples, rate = _decoded(row["audio"])
+        if not path.is_file():
+            sf.write(path, samples, rate)
+        utterances.append(Utterance(str(row.get("id", index)), str(path), row[text_column],
+                                    row.get("language", "en"), len(samples) / rate))
+    return utterances
+
+
+def _decoded(audio):
+    """datasets 3 gives {"array", "sampling_rate"}; datasets 4 a torchcodec AudioDecoder."""
+    if isinstance(audio, dict):
+        return audio["array"], audio["sampling_rate"]
+    decoded = audio.get_all_samples()
+    return decoded.data.mean(dim=0).numpy(), decoded.sample_rate
+
+
 def load_dataset(name_or_path: str, limit: int | None = None) -> list[Utterance]:
-    """A manifest (.jsonl), a folder with sidecars, or a built-in name: asterisk-en, asterisk-es,
-    asterisk-en-long."""
+    """A manifest (.jsonl), a folder with sidecars, hf:NAME[:CONFIG[:SPLIT]], or a built-in name:
+    asterisk-en, asterisk-es, asterisk-en-long."""
     from whisperspec.evaluation import asterisk
 
     builders = {"asterisk-en": lambda: asterisk.prompts("en"), "asterisk-es": lambda: asterisk.prompts("es"),
                 "asterisk-en-long": lambda: asterisk.long_form("en")}
     path = Path(name_or_path)
+    if name_or_path.startswith("hf:"):
+        return huggingface_dataset(name_or_path, limit)
     if name_or_path in builders:
         utterances = builders[name_or_path]()
     elif path.is_dir():
@@ -76,5 +119,5 @@ def load_dataset(name_or_path: str, limit: int | None = None) -> list[Utterance]
         utterances = read_manifest(path)
     else:
         raise ValueError(f"unknown data set {name_or_path!r}: use a .jsonl manifest, a folder of audio with "
-                         f".txt sidecars, or one of {', '.join(builders)}")
+                         f".txt sidecars, hf:NAME[:CONFIG[:SPLIT]], or one of {', '.join(builders)}")
     return utterances[:limit] if limit else utterances
