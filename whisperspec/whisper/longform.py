@@ -52,12 +52,15 @@ def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frame
             seek += window_frames
             bar.update(window_frames)
             continue
-        new_segments, advance = _split_segments(result.tokens, result.from_draft, special, offset, window_frames)
+        new_segments, advance, consumed = _split_segments(result.tokens, result.from_draft, special, offset,
+                                                          window_frames)
         for segment in new_segments:
             segment.text = runtime.decode_text(segment.tokens)
         segments += [s for s in new_segments if s.text.strip()]
         if condition_on_previous_text and result.temperature <= 0.5:
-            context += [t for s in new_segments for t in s.tokens]
+            # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: measured on
+            # a 3-min Asterisk file, a text-only prompt took WER from 2.1% to 10-17% (repeated text)
+            context += consumed
         else:
             context = list(initial_prompt)  # a sampled window is a poor prompt for the next one
         seek += advance
@@ -75,8 +78,8 @@ def _encode(runtime, window_mel: torch.Tensor, encoder_seconds: list | None):
 
 
 def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,
-                    window_frames: int) -> tuple[list[Segment], int]:
-    """Segments from one window's tokens, and how many frames to advance."""
+                    window_frames: int) -> tuple[list[Segment], int, list[int]]:
+    """Segments from one window's tokens, how many frames to advance, and the tokens consumed."""
     is_ts = [special.is_timestamp(t) for t in tokens]
 
     def segment(start: float, end: float, first: int, last: int) -> Segment:
@@ -91,7 +94,7 @@ def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: 
         timestamps = [t for t in tokens if special.is_timestamp(t)]
         if timestamps and timestamps[-1] != special.timestamp_begin:
             duration = special.timestamp_seconds(timestamps[-1])
-        return [segment(offset, offset + duration, 0, len(tokens))], window_frames
+        return [segment(offset, offset + duration, 0, len(tokens))], window_frames, tokens
     if single_timestamp_ending:
         boundaries.append(len(tokens))
     segments, last = [], 0
@@ -100,6 +103,6 @@ def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: 
                                 offset + special.timestamp_seconds(tokens[boundary - 1]), last, boundary))
         last = boundary
     if single_timestamp_ending:
-        return segments, window_frames  # the model saw the speech end: the whole window is done
+        return segments, window_frames, tokens  # the model saw the speech end: the whole window is done
     # resume where the last complete segment ended (the timestamp rules make that > 0)
-    return segments, (tokens[last - 1] - special.timestamp_begin) * FRAMES_PER_TOKEN
+    return segments, (tokens[last - 1] - special.timestamp_begin) * FRAMES_PER_TOKEN, tokens[:last]
