@@ -63,10 +63,6 @@ class Verdict:
     # log-probability of each emitted token under the target (accepted draft tokens, then next_token)
     logprobs: list[float] = field(default_factory=list)
 
-    @property
-    def emitted(self) -> int:
-        return self.accepted + 1
-
 
 class Drafter(Protocol):
     def propose(self, tokens: list[int], k: int, context: DraftContext) -> Proposal:

@@ -67,10 +67,6 @@ class KVDecoder:
         self.exit_hidden = torch.zeros(batch, self.max_length, self.embed_tokens.shape[1], dtype=dtype)
         self.fed_tokens = torch.full((batch, self.max_length), -1, dtype=torch.long)
 
-    def length(self, row: int = 0) -> int:
-        """Positions of `row` the full decoder has processed."""
-        return int(self.lengths[-1, row])
-
     @torch.inference_mode()
     def rollback(self, lengths: int | list[int] | torch.Tensor, layers: int | None = None) -> None:
         """Forget everything past `lengths` (per row): rejected draft tokens leave the cache here.
