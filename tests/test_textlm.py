@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from whisperspec.textlm.generate import generate
+from whisperspec.textlm.generate import generate, prompt_ids
 from whisperspec.textlm.models import first_layers
 
 LOOKAHEADS = ["1", "3", "6", "heuristic", "confidence", "cost"]
@@ -133,8 +133,7 @@ def test_real_smollm2_drafters_are_lossless():
     model, tokenizer = load_causal_lm("smollm2")
     text = "Repeat exactly: the cat sat on the mat, and the dog sat on the log."
     plain = generate(model, tokenizer, text, chat=True, max_new_tokens=24)
-    ids = torch.tensor([tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                      add_generation_prompt=True, tokenize=True, return_dict=False)])
+    ids = torch.tensor([prompt_ids(tokenizer, text, chat=True)])
     reference = model.generate(ids, max_new_tokens=24, do_sample=False)[0, ids.shape[1]:].tolist()
     assert plain.tokens == reference[:len(plain.tokens)]
     for draft, lookahead in (("ngram", "6"), ("early-exit:15", "3")):

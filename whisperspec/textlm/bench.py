@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from whisperspec.textlm.generate import generate
+from whisperspec.textlm.generate import generate, prompt_ids
 from whisperspec.textlm.loading import load_causal_lm
 
 PROMPTS = {
@@ -66,8 +66,7 @@ def _run(model, tokenizer, prompt, options, max_new_tokens):
     if isinstance(options, dict):
         out = generate(model, tokenizer, prompt, chat=True, max_new_tokens=max_new_tokens, **options)
         return out.tokens, out.stats
-    ids = torch.tensor([tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                      add_generation_prompt=True, tokenize=True, return_dict=False)])
+    ids = torch.tensor([prompt_ids(tokenizer, prompt, chat=True)])
     extra = {"prompt_lookup_num_tokens": 6} if options == "hf-lookup" else {}
     with torch.inference_mode():
         out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, **extra)

@@ -40,7 +40,7 @@ def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead
     on_text receives the new text as each round is verified (streaming).
     """
     draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options)
-    ids = _prompt_ids(tokenizer, prompt, chat)
+    ids = prompt_ids(tokenizer, prompt, chat)
     target = CausalLM(model)
     if len(ids) > 1:  # the loop expects the cache to hold all but the last token
         target.forward(torch.tensor([ids[:-1]]))
@@ -113,7 +113,8 @@ def _translate_options(draft, lookahead, temperature, options: dict):
     return draft, lookahead, temperature
 
 
-def _prompt_ids(tokenizer, prompt, chat: bool) -> list[int]:
+def prompt_ids(tokenizer, prompt, chat: bool) -> list[int]:
+    """Token ids of a prompt: as given, encoded, or wrapped in the model's chat template."""
     if isinstance(prompt, list):
         return prompt
     if chat:
