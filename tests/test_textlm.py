@@ -1,4 +1,5 @@
-"""The text-LM module: the same verifier and drafters on causal LMs (random Llama; real SmolLM2)."""
+"""The text-LM module: the same verifier and drafters on causal LMs (random Llama and Gemma 3;
+real SmolLM2 and Gemma-3-270M)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import functools
 
 import pytest
 import torch
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from whisperspec.textlm.generate import generate, prompt_ids
-from whisperspec.textlm.models import first_layers
+from whisperspec.textlm.generate import generate, generate_batch, prompt_ids
+from whisperspec.textlm.models import CausalLM, LayerSkipLM, first_layers
 
 LOOKAHEADS = ["1", "3", "6", "heuristic", "confidence", "cost"]
 
@@ -35,22 +36,40 @@ def tiny_llama(seed: int, layers: int = 4) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).double().eval()
 
 
+@functools.lru_cache(maxsize=None)
+def tiny_gemma3(seed: int, layers: int = 4) -> Gemma3ForCausalLM:
+    """Gemma 3's shape: sliding-window and full layers (a window shorter than the text, so it
+    matters), scaled embeddings, logit soft-capping."""
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=5,
+                              layer_types=["sliding_attention", "full_attention"] * (layers // 2),
+                              max_position_embeddings=256, final_logit_softcapping=30.0, eos_token_id=2,
+                              bos_token_id=1, pad_token_id=0, initializer_range=0.08)
+    return Gemma3ForCausalLM(config).double().eval()
+
+
+TINY = {"llama": tiny_llama, "gemma3": tiny_gemma3}
+
+
 def prompt(seed: int) -> str:
     generator = torch.Generator().manual_seed(seed)
     body = torch.randint(3, 300, (12,), generator=generator).tolist()
     return " ".join(map(str, [1, *body, *body[:5]]))  # a repeat gives prompt lookup something to find
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_every_drafter_and_lookahead_equals_plain_greedy_and_transformers(seed):
-    model, tokenizer = tiny_llama(seed), IdTokenizer()
+@pytest.mark.parametrize("arch,seed", [("llama", 0), ("llama", 1), ("gemma3", 0), ("gemma3", 1)])
+def test_every_drafter_and_lookahead_equals_plain_greedy_and_transformers(arch, seed):
+    model, tokenizer = TINY[arch](seed), IdTokenizer()
     text = prompt(seed)
     plain = generate(model, tokenizer, text, max_new_tokens=40)
     ids = torch.tensor([tokenizer(text).input_ids])
     reference = model.generate(ids, max_new_tokens=40, do_sample=False)[0, ids.shape[1]:].tolist()
     assert plain.tokens == reference[:len(plain.tokens)] and len(plain.tokens) > 5
-    small = tiny_llama(seed + 50, layers=2)
-    for draft in ("ngram", "early-exit:1", "early-exit:3", small):
+    small = TINY[arch](seed + 50, layers=2)
+    # early-exit:E shares the target's cache (LayerSkip); a first_layers view is the same draft
+    # with a cache of its own
+    for draft in ("ngram", "early-exit:1", "early-exit:3", first_layers(model, 2), small):
         for lookahead in LOOKAHEADS:
             out = generate(model, tokenizer, text, draft=draft, lookahead=lookahead, max_new_tokens=40)
             assert out.tokens == plain.tokens, (draft, lookahead)
@@ -74,6 +93,83 @@ def test_transformers_option_names_route_to_the_same_engine():
         assert out.stats.proposed > 0, options
     with pytest.raises(TypeError, match="unknown generation options"):
         generate(model, tokenizer, text, assistant_lookbehind=3)
+
+
+def test_layerskip_verify_pass_reuses_the_drafts_lower_layers():
+    """The draft runs layers 0..E-1 on [c, d1, d2]; verifying [c, d1, d2, d3] runs them on d3 only,
+    yet gives the logits of a full pass. A token that differs from what the draft fed is recomputed."""
+    for arch in TINY:
+        model = TINY[arch](0)
+        calls = {0: [], 3: []}
+        hooks = [model.model.layers[i].register_forward_pre_hook(
+            lambda module, args, i=i: calls[i].append(args[0].shape[1])) for i in calls]
+        try:
+            ids = [int(t) for t in prompt(0).split()]
+            shared = LayerSkipLM(model, exit_layer=2)
+            shared.start([ids[:-1]])
+            fed = [ids[-1], 17, 42]
+            for token in fed:
+                shared.draft.forward(torch.tensor([[token]]))
+            calls[0].clear(), calls[3].clear()
+            verify = torch.tensor([[*fed, 99]])
+            logits = shared.forward(verify)
+            assert calls == {0: [1], 3: [4]}
+            full = CausalLM(model)
+            full.start([ids[:-1]])
+            assert torch.allclose(logits, full.forward(verify), atol=1e-9), arch
+
+            shared.rollback(len(ids) + 1)  # keep c and d1, as a verdict accepting one token would
+            full.rollback(len(ids) + 1)
+            calls[0].clear()
+            again = torch.tensor([[5, 6]])  # nothing the draft ran: every layer runs on both
+            logits = shared.forward(again)
+            assert calls[0] == [2]
+            assert torch.allclose(logits, full.forward(again), atol=1e-9), arch
+            assert shared.held_tokens() == full.held_tokens() == ids + [17, 5, 6]
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+
+@pytest.mark.parametrize("arch", list(TINY))
+def test_ragged_batch_rows_see_what_a_batch_of_one_sees(arch):
+    """Left-padded prompts, then rows rolled back to different lengths (dead columns in the
+    middle of the cache): every row's logits are those of the same row alone."""
+    model = TINY[arch](2)
+    rows = [[1, 5, 9, 14, 3, 8, 21, 30], [1, 7], [1, 4, 4, 4, 12]]
+    batch = CausalLM(model)
+    batch.start(rows)
+    alone = [CausalLM(model) for _ in rows]
+    for single, row in zip(alone, rows):
+        single.start([row])
+    steps = [[[11, 12, 13]] * 3, [[40], [41], [42]], [[50, 51], [52, 53], [54, 55]]]
+    for step, keep in zip(steps, [[2, 0, 3], [1, 1, 1], [2, 1, 0]]):
+        logits = batch.forward(torch.tensor(step))
+        for b, single in enumerate(alone):
+            assert torch.allclose(logits[b], single.forward(torch.tensor([step[b]]))[0], atol=1e-9), (arch, b)
+        lengths = [len(single.held_tokens()) - len(step[b]) + keep[b] for b, single in enumerate(alone)]
+        batch.rollback(lengths)
+        for single, length in zip(alone, lengths):
+            single.rollback(length)
+        assert [batch.held_tokens(b) for b in range(3)] == [single.held_tokens() for single in alone]
+    assert not bool(batch.live.all())  # the dead columns were really there
+    batch.reorder(torch.tensor([2, 0]))
+    logits = batch.forward(torch.tensor([[60], [61]]))
+    assert torch.allclose(logits[0], alone[2].forward(torch.tensor([[60]]))[0], atol=1e-9)
+    assert torch.allclose(logits[1], alone[0].forward(torch.tensor([[61]]))[0], atol=1e-9)
+
+
+@pytest.mark.parametrize("arch", list(TINY))
+def test_batch_rows_equal_their_batch_of_one_output(arch):
+    model, tokenizer = TINY[arch](1), IdTokenizer()
+    texts = [prompt(0), " ".join(prompt(1).split()[:6]), prompt(2), "1 8"]
+    alone = [generate(model, tokenizer, text, max_new_tokens=30).tokens for text in texts]
+    for draft, lookahead in (("none", None), ("ngram", "heuristic"), ("early-exit:2", "3"),
+                             (TINY[arch](7, layers=2), "confidence")):
+        outs = generate_batch(model, tokenizer, texts, draft=draft, lookahead=lookahead, max_new_tokens=30)
+        assert [out.tokens for out in outs] == alone, (draft, lookahead)
+        if draft != "none":
+            assert sum(out.stats.accepted for out in outs) > 0, draft
 
 
 def test_early_exit_view_shares_weights_and_leaves_the_target_whole():
@@ -124,13 +220,7 @@ def test_stop_strings_and_streaming():
 
 @pytest.mark.real
 def test_real_smollm2_drafters_are_lossless():
-    from whisperspec.textlm.loading import load_causal_lm, packaged_gguf
-
-    try:
-        packaged_gguf("smollm2")
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
-    model, tokenizer = load_causal_lm("smollm2")
+    model, tokenizer = packaged_or_skip("smollm2")
     text = "Repeat exactly: the cat sat on the mat, and the dog sat on the log."
     plain = generate(model, tokenizer, text, chat=True, max_new_tokens=24)
     ids = torch.tensor([prompt_ids(tokenizer, text, chat=True)])
@@ -139,3 +229,26 @@ def test_real_smollm2_drafters_are_lossless():
     for draft, lookahead in (("ngram", "6"), ("early-exit:15", "3")):
         assert generate(model, tokenizer, text, chat=True, max_new_tokens=24, draft=draft,
                         lookahead=lookahead).tokens == plain.tokens
+
+
+@pytest.mark.real
+def test_real_gemma3_greedy_equals_transformers_and_drafters_are_lossless():
+    model, tokenizer = packaged_or_skip("gemma3-270m")
+    text = "The first three planets from the sun are Mercury, Venus and Earth. The first three planets are"
+    plain = generate(model, tokenizer, text, max_new_tokens=16)
+    ids = torch.tensor([prompt_ids(tokenizer, text, chat=False)])
+    reference = model.generate(ids, max_new_tokens=16, do_sample=False)[0, ids.shape[1]:].tolist()
+    assert plain.tokens == reference[:len(plain.tokens)] and len(plain.tokens) > 3
+    for draft, lookahead in (("ngram", "6"), ("early-exit:9", "3")):
+        assert generate(model, tokenizer, text, max_new_tokens=16, draft=draft,
+                        lookahead=lookahead).tokens == plain.tokens, draft
+
+
+def packaged_or_skip(name: str):
+    from whisperspec.textlm.loading import load_causal_lm, package_folder
+
+    try:
+        package_folder(name)
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+    return load_causal_lm(name)

