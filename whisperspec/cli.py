@@ -6,6 +6,7 @@
     evaluate     WER and latency against transformers and faster-whisper
     generate     speculative generation with a causal text LM
     demo         the Gradio demo
+    distill      train a draft decoder for a main model (synthetic speech, offline)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ DELEGATED = {
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
     "demo": ("whisperspec.demo:cli", "start the Gradio demo"),
+    "distill": ("whisperspec.distill.cli:main", "train a cheap draft decoder for a main model"),
 }
 
 

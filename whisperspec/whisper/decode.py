@@ -52,6 +52,12 @@ class WindowResult:
         return options.logprob_threshold is None or self.avg_logprob <= options.logprob_threshold
 
 
+def forced_prefix(special, prompt: list[int], language: str | None, options: DecodeOptions) -> list[int]:
+    """What the decoder is given before it chooses: previous text (if any), then the task tokens."""
+    previous = [special.sot_prev, *prompt[-MAX_PROMPT_TOKENS:]] if prompt else []
+    return previous + special.prefix(language, options.task, options.timestamps)
+
+
 def compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data)) if data else 0.0
@@ -91,8 +97,7 @@ class WindowDecoder:
         languages = [options.language] * len(prompts)
         if options.language is None and special.is_multilingual:
             languages = self.detect_language()
-        prefixes = [([special.sot_prev, *p[-MAX_PROMPT_TOKENS:]] if p else []) +
-                    special.prefix(lang, options.task, options.timestamps) for p, lang in zip(prompts, languages)]
+        prefixes = [forced_prefix(special, p, lang, options) for p, lang in zip(prompts, languages)]
         if len({len(p) for p in prefixes}) > 1:
             raise ValueError("rows decoded together need prompts of the same length")
         filters = [WhisperLogitFilter(special, len(p), options.timestamps, runtime.vocab_size) for p in prefixes]

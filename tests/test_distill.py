@@ -1,0 +1,109 @@
+"""`whisperspec distill` on a tiny random model: label synthetic speech, train, save, reload, draft.
+
+The real run (Whisper base, ~20 min of labelling and training) is in the README; here every step
+runs on a small random model so the pipeline itself is tested: training must raise the draft's
+agreement with its teacher, the saved file must reload into the same weights, and the loaded draft
+must leave the output token for token unchanged.
+"""
+
+import random
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.tiny_models import random_mel, tiny_runtime
+from whisperspec.distill.corpus import sentences
+from whisperspec.distill.labels import label_windows
+from whisperspec.distill.train import DraftTrainer, TrainConfig, train
+from whisperspec.drafting import trained_drafter
+from whisperspec.models.drafts import load_draft, read_metadata, save_draft
+from whisperspec.speculative.lookahead import Fixed
+from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
+from whisperspec.whisper.rules import WhisperLogitFilter
+from whisperspec.whisper.drafters import draft_from_main, frequent_vocab
+
+VOCAB = 50257  # every text token: a random model does not favour the frequent ones
+
+
+def test_sentences_keep_plain_speakable_text():
+    texts = ["Hello there, friend. A second sentence here!  ", "  ____ /\\_/\\ ascii art ( o.o ) ____ ",
+             "Too short.", "  -- Attribution, 1999", "x" * 3]
+    assert sentences(texts) == ["Hello there, friend.", "A second sentence here!"]
+
+
+@pytest.fixture(scope="module")
+def labelled():
+    runtime = tiny_runtime(5, dtype=torch.float32)
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
+    rng = random.Random(0)
+    examples = []
+    for seed in range(6):  # random mel stands in for speech: the labels come from the model anyway
+        audio = [torch.randn(16000 * rng.randint(2, 20), generator=torch.Generator().manual_seed(seed)).numpy() * 0.1]
+        examples += label_windows(runtime, audio, [[]], replace(options, timestamps=seed % 2 == 1))
+    return runtime, examples
+
+
+def test_labels_are_the_main_models_greedy_tokens(labelled):
+    runtime, examples = labelled
+    for example in examples:
+        tokens, begin = example.tokens, example.sample_begin
+        assert tokens[-1] == runtime.special.eot or len(tokens) - begin == 41
+        assert example.target_hidden.shape == (len(tokens) - 1, runtime.model.config.d_model)
+        timestamps = runtime.special.no_timestamps not in tokens[:begin]
+        rules = WhisperLogitFilter(runtime.special, begin, timestamps, runtime.vocab_size)
+        logits = example.target_hidden.float() @ runtime.model.proj_out.weight.float().T
+        chosen = [int(rules(tokens[:i], logits[i - 1].clone()).argmax()) for i in range(begin, len(tokens))]
+        agree = sum(c == t for c, t in zip(chosen, tokens[begin:])) / len(chosen)
+        assert agree >= 0.95  # float16 storage of the hidden states may flip a near tie, nothing more
+
+
+def test_training_raises_agreement_and_the_draft_is_lossless(labelled, tmp_path):
+    runtime, examples = labelled
+    main = runtime.model
+    draft = draft_from_main(main, [0])
+    vocab_ids = frequent_vocab(runtime.vocab_size, runtime.special.eot, VOCAB)
+    trainer = DraftTrainer(draft.model.decoder, vocab_ids, main.proj_out.weight)
+    frozen = {n for n, p in draft.model.decoder.named_parameters() if not p.requires_grad}
+    assert "embed_tokens.weight" in frozen and "layers.0.encoder_attn.k_proj.weight" in frozen
+    before = {n: p.detach().clone() for n, p in main.named_parameters()}
+    logs = []
+    best = train(trainer, examples, examples, TrainConfig(epochs=6, batch_size=3, lr=3e-3, warmup_steps=2),
+                 log=logs.append)
+    assert best["epoch"] > 0 and best["val_agreement"] > float(logs[0].split()[-1].rstrip("%")) / 100 + 0.1
+    assert all(torch.equal(p, before[n]) for n, p in main.named_parameters())  # the main model is untouched
+
+    path = save_draft(tmp_path / "draft.safetensors", main, draft.model.decoder, VOCAB, best)
+    assert read_metadata(path)["decoder_layers"] == "1"
+    loaded, vocab = load_draft(path, main)
+    assert vocab == VOCAB
+    for name, value in loaded.model.decoder.state_dict().items():
+        assert torch.allclose(value, draft.model.decoder.state_dict()[name], atol=1e-3, rtol=1e-3), name
+
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=64)
+    for seed in range(2):
+        window = runtime.encode(random_mel(100 + seed, dtype=torch.float32))
+        plain = WindowDecoder(runtime).decode(window, options)
+        fast = WindowDecoder(runtime, trained_drafter(path, runtime), Fixed(4)).decode(window, options)
+        assert fast.tokens == plain.tokens
+        assert fast.stats.accepted > 0
+
+
+def test_a_draft_refuses_another_main_model(labelled, tmp_path):
+    runtime, _ = labelled
+    draft = draft_from_main(runtime.model, [0])
+    path = save_draft(tmp_path / "d.safetensors", runtime.model, draft.model.decoder, VOCAB, {})
+    other = tiny_runtime(6, dtype=torch.float32).model
+    with pytest.raises(ValueError, match="another main model"):
+        load_draft(path, other)
+
+
+@pytest.mark.skipif(not shutil.which("espeak-ng"), reason="needs Debian's espeak-ng")
+def test_synthetic_speech_fits_the_window():
+    from whisperspec.distill.speech import synthesize_window
+
+    rng = random.Random(1)
+    utterance = synthesize_window(["A short sentence to say.", "Another one follows it."], rng, 6.0, use_piper=False)
+    assert 1.0 < len(utterance.audio) / 16000 <= 6.0 and utterance.text
+    assert 0.05 < abs(utterance.audio).max() <= 1.0

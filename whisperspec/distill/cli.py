@@ -1,0 +1,82 @@
+"""`whisperspec distill`: train a draft decoder for a main model, offline, on synthetic speech.
+
+    whisperspec distill --model base --windows 1280 --out whisperspec/assets/base-draft.safetensors
+
+1. sentences from Debian's `fortunes` (or --corpus FILE), spoken by espeak-ng and Piper voices;
+2. labelled by the main model (greedy tokens, decoder hidden states), cached shard by shard;
+3. a draft of --layers copies of main decoder layers trained to imitate it, best held-out epoch kept;
+4. saved as a small file of its own weights (`whisperspec.models.drafts`); `--draft auto` picks up a
+   file in whisperspec/assets trained for the main model.
+Held-out windows are spoken from sentences kept out of training. Targets come from the main model,
+so no transcripts are needed; no evaluation audio or text is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from whisperspec.cache import cache_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="whisperspec distill", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="base")
+    parser.add_argument("--out", type=Path, required=True, help="the draft file to write (.safetensors)")
+    parser.add_argument("--windows", type=int, default=1280, help="synthetic 30-s windows to train on")
+    parser.add_argument("--val-windows", type=int, default=64)
+    parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
+    parser.add_argument("--vocab", type=int, default=8192, help="text tokens the draft scores (most frequent)")
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--corpus", type=Path, default=None, help="text file (default: Debian fortunes)")
+    parser.add_argument("--data-dir", type=Path, default=None, help="labelled shards (default: in the cache)")
+    args = parser.parse_args(argv)
+    report = distill(args)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def distill(args) -> dict:
+    from whisperspec.distill.corpus import load_sentences
+    from whisperspec.distill.labels import build_dataset, load_examples
+    from whisperspec.distill.train import DraftTrainer, TrainConfig, train
+    from whisperspec.models import load_whisper
+    from whisperspec.models.drafts import save_draft
+    from whisperspec.whisper.drafters import draft_from_main, frequent_vocab
+    from whisperspec.whisper.model import WhisperRuntime
+
+    runtime = WhisperRuntime.from_bundle(load_whisper(args.model))
+    sentences = load_sentences(args.corpus)
+    held = max(len(sentences) // 20, 1)  # 5% of the sentences are only ever spoken for validation
+    data = args.data_dir or cache_dir() / "distill" / Path(args.model).name
+    started = time.perf_counter()
+    val_paths = build_dataset(runtime, sentences[-held:], data / "val", args.val_windows, seed=1)
+    train_paths = build_dataset(runtime, sentences[:-held], data / "train", args.windows, seed=0)
+    label_seconds = time.perf_counter() - started
+    train_set, val_set = load_examples(train_paths), load_examples(val_paths)
+
+    main_model = runtime.model
+    draft = draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
+    vocab_ids = frequent_vocab(runtime.vocab_size, runtime.special.eot, args.vocab)
+    trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight)
+    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
+    best = train(trainer, train_set, val_set, config)
+    report = {"model": args.model, "layers": args.layers, "vocab_size_kept": args.vocab,
+              "train_windows": len(train_set), "val_windows": len(val_set),
+              "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
+              "label_seconds": round(label_seconds), **{k: round(v, 4) for k, v in best.items()},
+              "threads": torch.get_num_threads()}
+    save_draft(args.out, main_model, draft.model.decoder, args.vocab, report)
+    report["out"] = str(args.out)
+    return report
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

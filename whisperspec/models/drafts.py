@@ -1,0 +1,70 @@
+"""Trained draft decoders as small files of their own: only the weights the draft does not share.
+
+A distilled draft (`whisperspec distill`) reuses the main model's encoder, token and position
+embeddings and (a slice of) its output head, so its file holds just its decoder layers and final
+layer norm, in float16 (base: 2 layers, ~17 MB), with metadata saying which main model it belongs
+to (a fingerprint of the main embeddings), how many layers, and the vocabulary it scores.
+`draft_for(runtime)` finds the shipped draft of a main model, if there is one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+SHARED = ("embed_tokens.", "embed_positions.")  # the main model's, never stored
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """Identifies the main model a draft was trained for (its token embeddings, exactly)."""
+    weight = model.model.decoder.embed_tokens.weight.detach().float().contiguous()
+    return hashlib.sha256(weight.numpy().tobytes()).hexdigest()[:16]
+
+
+def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module, vocab_size_kept: int,
+               info: dict) -> Path:
+    tensors = {name: value.detach().half().contiguous() for name, value in draft_decoder.state_dict().items()
+               if not name.startswith(SHARED)}
+    metadata = {"main_fingerprint": fingerprint(main), "decoder_layers": str(len(draft_decoder.layers)),
+                "vocab_size_kept": str(vocab_size_kept), "info": json.dumps(info)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    tmp.rename(path)
+    return path
+
+
+def read_metadata(path: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return dict(f.metadata())
+
+
+def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, int]:
+    """(the draft as a Whisper model sharing the main encoder and embeddings, vocab_size_kept)."""
+    from whisperspec.whisper.drafters import draft_from_main
+
+    meta = read_metadata(path)
+    if meta["main_fingerprint"] != fingerprint(main):
+        raise ValueError(f"{path} was trained for another main model (fingerprint {meta['main_fingerprint']})")
+    draft = draft_from_main(main, [0] * int(meta["decoder_layers"]))
+    weights = {name: value.to(main.dtype) for name, value in load_file(str(path)).items()}
+    missing, unexpected = draft.model.decoder.load_state_dict(weights, strict=False)
+    if unexpected or any(not name.startswith(SHARED) for name in missing):
+        raise ValueError(f"{path} does not fit a {meta['decoder_layers']}-layer draft: {missing or unexpected}")
+    return draft, int(meta["vocab_size_kept"])
+
+
+def shipped_draft(main: torch.nn.Module) -> Path | None:
+    """The draft file in whisperspec/assets trained for this main model, if any."""
+    mark = fingerprint(main)
+    for path in sorted(ASSETS.glob("*.safetensors")):
+        if read_metadata(path).get("main_fingerprint") == mark:
+            return path
+    return None
