@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.speculative.generate import generate as speculative_generate
@@ -40,7 +41,8 @@ def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead
     draft: None/"none", "ngram[:N]", "early-exit[:E]", or a model with the same tokenizer.
     on_text receives the new text as each round is verified (streaming).
     """
-    draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options)
+    draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options,
+                                                       tokenizer)
     ids = prompt_ids(tokenizer, prompt, chat)
     target, drafter = _target_and_drafter(model, draft, [ids])
     streamed: list[int] = []
@@ -65,7 +67,8 @@ def generate_batch(model, tokenizer, prompts: list[str | list[int]], *, draft=No
     own number of draft tokens. Prompts of any lengths (left-padded, each row with its own
     positions); greedy rows are token for token what `generate` gives each prompt alone.
     An early-exit draft keeps its own cache here (the LayerSkip reuse is for one row)."""
-    draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options)
+    draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options,
+                                                       tokenizer)
     rows = [prompt_ids(tokenizer, prompt, chat) for prompt in prompts]
     target, drafter = _target_and_drafter(model, draft, rows)
     outs = speculative_generate_batch(target, rows, max_new_tokens, tokenizer.eos_token_id, drafter=drafter,
@@ -104,7 +107,19 @@ def _text(tokenizer, out, stop: list[str] | None) -> TextGeneration:
     return TextGeneration(text, out.tokens, out.stats)
 
 
+@dataclass
+class OtherTokenizerDraft:
+    """A draft model with its own tokenizer (transformers: assistant_model + assistant_tokenizer)."""
+
+    model: object  # a model, or a name for `load_causal_lm`
+    tokenizer: object
+    target_tokenizer: object
+
+
 def make_text_drafter(draft, target_model):
+    tokenizers = None
+    if isinstance(draft, OtherTokenizerDraft):
+        draft, tokenizers = draft.model, (draft.target_tokenizer, draft.tokenizer)
     if draft in (None, "none"):
         return None
     if isinstance(draft, str):
@@ -117,22 +132,30 @@ def make_text_drafter(draft, target_model):
         from whisperspec.textlm.loading import load_causal_lm
 
         draft = load_causal_lm(draft)[0]
+    if tokenizers is not None:  # drafts in its own tokens, translated through text (as transformers' UAG)
+        return CrossTokenizerDrafter.for_tokenizers(
+            ModelDrafter(CausalLM(draft), draft.config.vocab_size), *tokenizers,
+            max_draft_length=getattr(draft.config, "max_position_embeddings", None))
     if draft.config.vocab_size != target_model.config.vocab_size:
-        raise ValueError("the draft's vocabulary differs from the target's: a different-tokenizer draft "
-                         "(universal assisted decoding) is not supported by whisperspec's text module yet")
+        raise ValueError("the draft's vocabulary differs from the target's: give the draft's tokenizer "
+                         "(assistant_tokenizer=..., as in transformers) to draft across tokenizers")
     return ModelDrafter(CausalLM(draft), target_model.config.vocab_size)
 
 
-def _translate_options(draft, lookahead, temperature, options: dict):
-    """Map transformers' assisted-generation argument names onto whisperspec's."""
+def _translate_options(draft, lookahead, temperature, options: dict, tokenizer=None):
+    """Map transformers' assisted-generation argument names onto whisperspec's (`tokenizer`: the
+    target's, which transformers' universal assisted generation takes as `tokenizer=`)."""
     config = options.pop("generation_config", None)
     if config is not None and getattr(config, "speculative_decoding", False):
         draft = getattr(config, "draft_model", draft)
         lookahead = getattr(config, "num_draft_tokens", lookahead)
-    if options.pop("assistant_tokenizer", None) is not None:
-        raise ValueError("a draft with another tokenizer (assistant_tokenizer) is not supported yet")
-    options.pop("tokenizer", None)
+    target_tokenizer = options.pop("tokenizer", None) or tokenizer
+    assistant_tokenizer = options.pop("assistant_tokenizer", None)
     draft = options.pop("assistant_model", draft)
+    if assistant_tokenizer is not None:  # universal assisted generation
+        if target_tokenizer is None:
+            raise ValueError("assistant_tokenizer needs the target's tokenizer as well (tokenizer=...)")
+        draft = OtherTokenizerDraft(draft, assistant_tokenizer, target_tokenizer)
     if options.get("prompt_lookup_num_tokens"):
         draft, lookahead = "ngram", Fixed(options.pop("prompt_lookup_num_tokens"))
     if options.get("assistant_early_exit"):
