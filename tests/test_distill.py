@@ -13,18 +13,19 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.tiny_models import random_mel, tiny_runtime
+from tests.tiny_models import tiny_runtime
+from whisperspec.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram
 from whisperspec.distill.corpus import sentences
-from whisperspec.distill.labels import label_windows
-from whisperspec.distill.train import DraftTrainer, TrainConfig, train
+from whisperspec.distill.labels import Example, label_windows
+from whisperspec.distill.train import DraftTrainer, TrainConfig, draft_vocabulary, train
 from whisperspec.drafting import trained_drafter
 from whisperspec.models.drafts import load_draft, read_metadata, save_draft
 from whisperspec.speculative.lookahead import Fixed
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.rules import WhisperLogitFilter
-from whisperspec.whisper.drafters import draft_from_main, frequent_vocab
+from whisperspec.whisper.drafters import draft_from_main
 
-VOCAB = 50257  # every text token: a random model does not favour the frequent ones
+VOCAB = 2048  # text tokens the test drafts score
 
 
 def test_sentences_keep_plain_speakable_text():
@@ -33,20 +34,28 @@ def test_sentences_keep_plain_speakable_text():
     assert sentences(texts) == ["Hello there, friend.", "A second sentence here!"]
 
 
+def test_draft_vocabulary_prefers_what_the_main_model_says():
+    example = Example(torch.zeros(1, 4), [50, 7, 900, 900, 900, 120, 40], 1, torch.zeros(6, 4))
+    ids = draft_vocabulary([example], vocab_size=60, eot=50, size=4)  # 50 is end-of-text here
+    assert ids.tolist() == [0, 1, 7, 40, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59]  # 900/120: not text ids
+
+
 @pytest.fixture(scope="module")
 def labelled():
+    """A random model's labels for six windows of noise (the labels come from the model anyway)."""
     runtime = tiny_runtime(5, dtype=torch.float32)
     options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
     rng = random.Random(0)
+    audio = [torch.randn(16000 * rng.randint(2, 20), generator=torch.Generator().manual_seed(seed)).numpy() * 0.1
+             for seed in range(6)]
     examples = []
-    for seed in range(6):  # random mel stands in for speech: the labels come from the model anyway
-        audio = [torch.randn(16000 * rng.randint(2, 20), generator=torch.Generator().manual_seed(seed)).numpy() * 0.1]
-        examples += label_windows(runtime, audio, [[]], replace(options, timestamps=seed % 2 == 1))
-    return runtime, examples
+    for seed, samples in enumerate(audio):
+        examples += label_windows(runtime, [samples], [[]], replace(options, timestamps=seed % 2 == 1))
+    return runtime, examples, audio
 
 
 def test_labels_are_the_main_models_greedy_tokens(labelled):
-    runtime, examples = labelled
+    runtime, examples, audio = labelled
     for example in examples:
         tokens, begin = example.tokens, example.sample_begin
         assert tokens[-1] == runtime.special.eot or len(tokens) - begin == 41
@@ -60,10 +69,10 @@ def test_labels_are_the_main_models_greedy_tokens(labelled):
 
 
 def test_training_raises_agreement_and_the_draft_is_lossless(labelled, tmp_path):
-    runtime, examples = labelled
+    runtime, examples, audio = labelled
     main = runtime.model
     draft = draft_from_main(main, [0])
-    vocab_ids = frequent_vocab(runtime.vocab_size, runtime.special.eot, VOCAB)
+    vocab_ids = draft_vocabulary(examples, runtime.vocab_size, runtime.special.eot, VOCAB)
     trainer = DraftTrainer(draft.model.decoder, vocab_ids, main.proj_out.weight)
     frozen = {n for n, p in draft.model.decoder.named_parameters() if not p.requires_grad}
     assert "embed_tokens.weight" in frozen and "layers.0.encoder_attn.k_proj.weight" in frozen
@@ -74,16 +83,16 @@ def test_training_raises_agreement_and_the_draft_is_lossless(labelled, tmp_path)
     assert best["epoch"] > 0 and best["val_agreement"] > float(logs[0].split()[-1].rstrip("%")) / 100 + 0.1
     assert all(torch.equal(p, before[n]) for n, p in main.named_parameters())  # the main model is untouched
 
-    path = save_draft(tmp_path / "draft.safetensors", main, draft.model.decoder, VOCAB, best)
+    path = save_draft(tmp_path / "draft.safetensors", main, draft.model.decoder, vocab_ids, best)
     assert read_metadata(path)["decoder_layers"] == "1"
-    loaded, vocab = load_draft(path, main)
-    assert vocab == VOCAB
+    loaded, loaded_ids = load_draft(path, main)
+    assert torch.equal(loaded_ids, vocab_ids)
     for name, value in loaded.model.decoder.state_dict().items():
         assert torch.allclose(value, draft.model.decoder.state_dict()[name], atol=1e-3, rtol=1e-3), name
 
     options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=64)
-    for seed in range(2):
-        window = runtime.encode(random_mel(100 + seed, dtype=torch.float32))
+    for samples in audio[:2]:  # windows it was trained on: six examples teach a random model little else
+        window = runtime.encode(log_mel_spectrogram(samples, 80, padding=N_SAMPLES)[None, :, :N_FRAMES])
         plain = WindowDecoder(runtime).decode(window, options)
         fast = WindowDecoder(runtime, trained_drafter(path, runtime), Fixed(4)).decode(window, options)
         assert fast.tokens == plain.tokens
@@ -91,9 +100,9 @@ def test_training_raises_agreement_and_the_draft_is_lossless(labelled, tmp_path)
 
 
 def test_a_draft_refuses_another_main_model(labelled, tmp_path):
-    runtime, _ = labelled
+    runtime, _, _ = labelled
     draft = draft_from_main(runtime.model, [0])
-    path = save_draft(tmp_path / "d.safetensors", runtime.model, draft.model.decoder, VOCAB, {})
+    path = save_draft(tmp_path / "d.safetensors", runtime.model, draft.model.decoder, torch.arange(10), {})
     other = tiny_runtime(6, dtype=torch.float32).model
     with pytest.raises(ValueError, match="another main model"):
         load_draft(path, other)

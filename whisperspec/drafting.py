@@ -4,7 +4,9 @@
     ngram[:N]         prompt lookup over the prompt / previous text (N = longest n-gram, default 3)
     early-exit[:E]    the main decoder's first E layers (default: all but the last)
     int8[:V]          int8 copy of the main decoder, head restricted to the V most frequent tokens
-    auto              the fastest drafter measured for this model (see README: Benchmarks)
+    auto              the draft trained for this model and shipped with whisperspec (`whisperspec
+                      distill`), else int8 (see README: Benchmarks)
+    FILE.safetensors  a draft trained by `whisperspec distill` for this main model
     MODEL             a draft checkpoint (name, dir or hub id); shares the main encoder when its
                       encoder is the same (distil-whisper); with another vocabulary (tiny.en for
                       base) it drafts in its own tokens, translated through text
@@ -12,8 +14,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from whisperspec.models.drafts import load_draft, shipped_draft
 from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.whisper import drafters
 from whisperspec.whisper.model import WhisperRuntime
@@ -32,8 +37,17 @@ def make_drafter(spec: str, runtime: WhisperRuntime):
     if name == "int8":
         return drafters.int8_self_drafter(runtime, int(arg) if arg else 16384)
     if name == "auto":
-        return drafters.int8_self_drafter(runtime)
+        shipped = shipped_draft(runtime.model)
+        return trained_drafter(shipped, runtime) if shipped else drafters.int8_self_drafter(runtime)
+    if spec.endswith(".safetensors"):
+        return trained_drafter(Path(spec), runtime)
     return _checkpoint_drafter(spec, runtime)
+
+
+def trained_drafter(path: Path, runtime: WhisperRuntime):
+    """A distilled draft file: its layers over the main encoder output, its reduced vocabulary."""
+    draft, vocab_ids = load_draft(path, runtime.model)
+    return drafters.draft_model_drafter(runtime, draft, share_encoder=True, vocab_ids=vocab_ids)
 
 
 def _checkpoint_drafter(spec: str, runtime: WhisperRuntime):

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=1280, help="synthetic 30-s windows to train on")
     parser.add_argument("--val-windows", type=int, default=64)
     parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
-    parser.add_argument("--vocab", type=int, default=8192, help="text tokens the draft scores (most frequent)")
+    parser.add_argument("--vocab", type=int, default=8192, help="text tokens the draft scores (the main model's most frequent)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-4)
@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
 def distill(args) -> dict:
     from whisperspec.distill.corpus import load_sentences
     from whisperspec.distill.labels import build_dataset, load_examples
-    from whisperspec.distill.train import DraftTrainer, TrainConfig, train
+    from whisperspec.distill.train import DraftTrainer, TrainConfig, draft_vocabulary, train
     from whisperspec.models import load_whisper
     from whisperspec.models.drafts import save_draft
-    from whisperspec.whisper.drafters import draft_from_main, frequent_vocab
+    from whisperspec.whisper.drafters import draft_from_main
     from whisperspec.whisper.model import WhisperRuntime
 
     runtime = WhisperRuntime.from_bundle(load_whisper(args.model))
@@ -64,7 +64,7 @@ def distill(args) -> dict:
 
     main_model = runtime.model
     draft = draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
-    vocab_ids = frequent_vocab(runtime.vocab_size, runtime.special.eot, args.vocab)
+    vocab_ids = draft_vocabulary(train_set, runtime.vocab_size, runtime.special.eot, args.vocab)
     trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight)
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
     best = train(trainer, train_set, val_set, config)
@@ -73,7 +73,7 @@ def distill(args) -> dict:
               "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
               "label_seconds": round(label_seconds), **{k: round(v, 4) for k, v in best.items()},
               "threads": torch.get_num_threads()}
-    save_draft(args.out, main_model, draft.model.decoder, args.vocab, report)
+    save_draft(args.out, main_model, draft.model.decoder, vocab_ids, report)
     report["out"] = str(args.out)
     return report
 

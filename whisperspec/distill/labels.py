@@ -64,16 +64,16 @@ def label_windows(runtime: WhisperRuntime, audio: list, prompts: list[list[int]]
     mel = torch.stack([log_mel_spectrogram(a, runtime.n_mels, padding=N_SAMPLES)[:, :N_FRAMES] for a in audio])
     window = runtime.encode(mel)
     results = WindowDecoder(runtime).decode_batch(window, options, prompts)
-    decoder = runtime.decoder
-    examples = []
-    for row, (result, prompt) in enumerate(zip(results, prompts)):
-        prefix = forced_prefix(runtime.special, prompt, options.language, options)
-        tokens = prefix + result.tokens + [runtime.special.eot]
-        decoder.start(window.hidden[row:row + 1])
-        with torch.inference_mode():  # the decoder output before the head: `forward` with no head
-            hidden = decoder.forward(torch.tensor([tokens[:-1]]), head=nn.Identity())[0]
-        examples.append(Example(window.hidden[row].half(), tokens, len(prefix), hidden.half()))
-    return examples
+    sequences = [forced_prefix(runtime.special, prompt, options.language, options) + result.tokens +
+                 [runtime.special.eot] for result, prompt in zip(results, prompts)]
+    width = max(len(s) for s in sequences) - 1
+    # One teacher-forced pass for all rows: right padding never reaches earlier positions (causal).
+    runtime.decoder.start(window.hidden)
+    inputs = torch.tensor([s[:-1] + [runtime.special.eot] * (width + 1 - len(s)) for s in sequences])
+    with torch.inference_mode():  # the decoder output before the head: `forward` with no head
+        hidden = runtime.decoder.forward(inputs, head=nn.Identity())
+    return [Example(window.hidden[row].half(), s, len(s) - len(r.tokens) - 1, hidden[row, :len(s) - 1].half())
+            for row, (s, r) in enumerate(zip(sequences, results))]
 
 
 def _prompt(runtime: WhisperRuntime, sentences: list[str], rng: random.Random) -> list[int]:

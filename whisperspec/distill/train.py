@@ -121,6 +121,22 @@ class DraftTrainer:
         return agree / max(total, 1)
 
 
+def draft_vocabulary(examples: list[Example], vocab_size: int, eot: int, size: int) -> torch.Tensor:
+    """The text tokens the draft's head scores: those the main model emits most in the labels, then
+    the lowest ids (BPE merge order, roughly frequency), plus every special and timestamp token.
+
+    Measured on base's labels: the first 8192 ids miss 9.5% of the main model's tokens, which
+    would cap acceptance near 90%; choosing by observed frequency closes most of that gap.
+    """
+    counts = torch.zeros(eot, dtype=torch.long)
+    for e in examples:
+        text = torch.tensor([t for t in e.tokens[e.sample_begin:] if t < eot], dtype=torch.long)
+        counts += torch.bincount(text, minlength=eot)
+    rank = counts.double() + 1.0 / (2.0 + torch.arange(eot))  # unseen tokens: by id, below any seen one
+    text_ids = rank.topk(min(size, eot)).indices.sort().values
+    return torch.cat([text_ids, torch.arange(eot, vocab_size)])
+
+
 def train(trainer: DraftTrainer, train_set: list[Example], val_set: list[Example], config: TrainConfig,
           log=print) -> dict:
     """Train with AdamW, warmup + cosine decay; keep the weights of the epoch with the best held-out

@@ -2,7 +2,7 @@
 
 A distilled draft (`whisperspec distill`) reuses the main model's encoder, token and position
 embeddings and (a slice of) its output head, so its file holds just its decoder layers and final
-layer norm, in float16 (base: 2 layers, ~17 MB), with metadata saying which main model it belongs
+layer norm, in float16 (base: 2 layers, ~17 MB), the ids of the tokens its head scores, and metadata saying which main model it belongs
 to (a fingerprint of the main embeddings), how many layers, and the vocabulary it scores.
 `draft_for(runtime)` finds the shipped draft of a main model, if there is one.
 """
@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 SHARED = ("embed_tokens.", "embed_positions.")  # the main model's, never stored
+VOCAB_IDS = "vocab_ids"  # the full-vocabulary ids of the draft head's rows
 
 
 def fingerprint(model: torch.nn.Module) -> str:
@@ -26,12 +27,14 @@ def fingerprint(model: torch.nn.Module) -> str:
     return hashlib.sha256(weight.numpy().tobytes()).hexdigest()[:16]
 
 
-def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module, vocab_size_kept: int,
+def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module, vocab_ids: torch.Tensor,
                info: dict) -> Path:
+    """Write the draft's own weights (float16) and the ids of the tokens its head scores."""
     tensors = {name: value.detach().half().contiguous() for name, value in draft_decoder.state_dict().items()
                if not name.startswith(SHARED)}
+    tensors[VOCAB_IDS] = vocab_ids.to(torch.int32).contiguous()
     metadata = {"main_fingerprint": fingerprint(main), "decoder_layers": str(len(draft_decoder.layers)),
-                "vocab_size_kept": str(vocab_size_kept), "info": json.dumps(info)}
+                "vocab_size_kept": str(len(vocab_ids)), "info": json.dumps(info)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata=metadata)
@@ -46,19 +49,21 @@ def read_metadata(path: Path) -> dict:
         return dict(f.metadata())
 
 
-def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, int]:
-    """(the draft as a Whisper model sharing the main encoder and embeddings, vocab_size_kept)."""
+def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor]:
+    """(the draft as a Whisper model sharing the main encoder and embeddings, the ids its head scores)."""
     from whisperspec.whisper.drafters import draft_from_main
 
     meta = read_metadata(path)
     if meta["main_fingerprint"] != fingerprint(main):
         raise ValueError(f"{path} was trained for another main model (fingerprint {meta['main_fingerprint']})")
     draft = draft_from_main(main, [0] * int(meta["decoder_layers"]))
-    weights = {name: value.to(main.dtype) for name, value in load_file(str(path)).items()}
-    missing, unexpected = draft.model.decoder.load_state_dict(weights, strict=False)
+    weights = load_file(str(path))
+    vocab_ids = weights.pop(VOCAB_IDS).long()
+    missing, unexpected = draft.model.decoder.load_state_dict(
+        {name: value.to(main.dtype) for name, value in weights.items()}, strict=False)
     if unexpected or any(not name.startswith(SHARED) for name in missing):
         raise ValueError(f"{path} does not fit a {meta['decoder_layers']}-layer draft: {missing or unexpected}")
-    return draft, int(meta["vocab_size_kept"])
+    return draft, vocab_ids
 
 
 def shipped_draft(main: torch.nn.Module) -> Path | None:

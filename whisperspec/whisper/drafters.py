@@ -111,11 +111,13 @@ def int8_self_drafter(runtime, vocab_size_kept: int | None = 16384) -> WhisperDr
 
 
 def draft_model_drafter(runtime, draft_model: nn.Module, share_encoder: bool,
-                        vocab_size_kept: int | None = None) -> WhisperDrafter:
-    """A draft Whisper (or decoder-only WhisperForCausalLM) with the main model's vocabulary."""
+                        vocab_size_kept: int | None = None, vocab_ids: torch.Tensor | None = None) -> WhisperDrafter:
+    """A draft Whisper (or decoder-only WhisperForCausalLM) with the main model's vocabulary,
+    scoring `vocab_ids` (a trained draft's own) or the `vocab_size_kept` most frequent tokens."""
     kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length)
     encoder = None if share_encoder else draft_model.model.encoder
-    return WhisperDrafter(DecoderDraft(kv, _vocab(runtime, vocab_size_kept), encoder=encoder), runtime.vocab_size)
+    ids = vocab_ids if vocab_ids is not None else _vocab(runtime, vocab_size_kept)
+    return WhisperDrafter(DecoderDraft(kv, ids, encoder=encoder), runtime.vocab_size)
 
 
 def _vocab(runtime, size: int | None) -> torch.Tensor | None:
