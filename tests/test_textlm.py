@@ -172,6 +172,20 @@ def test_batch_rows_equal_their_batch_of_one_output(arch):
             assert sum(out.stats.accepted for out in outs) > 0, draft
 
 
+def test_cli_streams_one_prompt_and_batches_several(monkeypatch, capsys):
+    from whisperspec.textlm import cli
+
+    model, tokenizer = tiny_llama(0), IdTokenizer()
+    monkeypatch.setattr(cli, "load_causal_lm", lambda name: (model, tokenizer))
+    texts = [prompt(0), "1 7 7"]
+    alone = [generate(model, tokenizer, text, max_new_tokens=8, draft="ngram").text for text in texts]
+    assert cli.main([texts[0], "--max-new-tokens", "8", "--draft", "ngram"]) == 0
+    assert capsys.readouterr().out.strip() == alone[0].strip()
+    assert cli.main([*texts, "--max-new-tokens", "8", "--draft", "ngram", "--stats"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split("\n")[1::2][:2] == alone and "tokens/s" in captured.err
+
+
 def test_early_exit_view_shares_weights_and_leaves_the_target_whole():
     model = tiny_llama(0)
     draft = first_layers(model, 2)

@@ -6,13 +6,13 @@ import argparse
 import sys
 import time
 
-from whisperspec.textlm.generate import generate
+from whisperspec.textlm.generate import generate, generate_batch
 from whisperspec.textlm.loading import PACKAGED, load_causal_lm
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="whisperspec generate", description=__doc__)
-    parser.add_argument("prompt")
+    parser.add_argument("prompt", nargs="+", help="one prompt (streamed), or several (decoded as one batch)")
     parser.add_argument("--model", default="smollm2", help=f"{', '.join(PACKAGED)}, a transformers dir or hub id")
     parser.add_argument("--draft", default="none", help="none, ngram[:N], early-exit[:E], or a draft model "
                                                         "with the same tokenizer")
@@ -24,15 +24,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     model, tokenizer = load_causal_lm(args.model)
+    options = dict(draft=args.draft, lookahead=args.lookahead, max_new_tokens=args.max_new_tokens,
+                   temperature=args.temperature, chat=args.chat)
     started = time.perf_counter()
-    out = generate(model, tokenizer, args.prompt, draft=args.draft, lookahead=args.lookahead,
-                   max_new_tokens=args.max_new_tokens, temperature=args.temperature, chat=args.chat,
-                   on_text=lambda text: print(text, end="", flush=True))
-    print()
+    if len(args.prompt) == 1:
+        outs = [generate(model, tokenizer, args.prompt[0], on_text=lambda text: print(text, end="", flush=True),
+                         **options)]
+        print()
+    else:
+        outs = generate_batch(model, tokenizer, args.prompt, **options)
+        for prompt, out in zip(args.prompt, outs):
+            print(f"--- {prompt}\n{out.text}")
     if args.stats:
         seconds = time.perf_counter() - started
-        s = out.stats
-        print(f"{len(out.tokens)} tokens in {seconds:.2f} s ({len(out.tokens) / seconds:.1f} tokens/s) | "
-              f"acceptance {s.acceptance_rate:.1%} | tokens per target pass {s.mean_accepted_length:.2f} | "
-              f"target passes {s.target_passes}, draft passes {s.draft_passes}", file=sys.stderr)
+        for out in outs:
+            s = out.stats
+            print(f"{len(out.tokens)} tokens | acceptance {s.acceptance_rate:.1%} | tokens per target pass "
+                  f"{s.mean_accepted_length:.2f} | target passes {s.target_passes}, draft passes {s.draft_passes}",
+                  file=sys.stderr)
+        total = sum(len(out.tokens) for out in outs)
+        print(f"{total} tokens in {seconds:.2f} s ({total / seconds:.1f} tokens/s)", file=sys.stderr)
     return 0
