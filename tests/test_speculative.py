@@ -76,6 +76,20 @@ def generated_tokens(sequence, special) -> list[int]:
 
 
 @pytest.mark.parametrize("timestamps", [False, True])
+def test_verify_passes_score_like_one_token_steps(timestamps):
+    """k-token passes over the plain tokens give one-token steps' logits (float64: to ~1e-12)."""
+    from whisperspec.bench import count_flips
+
+    runtime = tiny_runtime(0)
+    options = DecodeOptions(language="en", timestamps=timestamps, temperatures=(0.0,), max_new_tokens=48)
+    counts = count_flips(runtime, runtime.encode(random_mel(0)), options, widths=(2, 5, 8))
+    for count in counts.values():
+        assert count.positions > 5
+        assert count.flips == 0 and count.at_risk == 0
+        assert count.max_difference < 1e-9
+
+
+@pytest.mark.parametrize("timestamps", [False, True])
 def test_batched_rows_equal_their_single_row_decodes(timestamps):
     runtime = tiny_runtime(5)
     mel = random_mel(5, batch=3)

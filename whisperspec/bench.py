@@ -3,7 +3,9 @@
 1. verify cost: one decoder pass over n = 1..9 new tokens (the price of checking a draft);
 2. decode phase, per drafter: the same encoded windows decoded by plain greedy and by each drafter,
    interleaved, repeated, medians; tokens compared with plain greedy (lossless check);
-3. batched: B windows decoded together, plain vs speculative.
+3. batched: B windows decoded together, plain vs speculative;
+4. argmax flips (`--flips`): the plain greedy tokens of each window re-scored by passes over k
+   tokens at a time, as the verifier scores them, against one-token steps (near-tie numerics).
 End-to-end comparisons with transformers and faster-whisper live in `whisperspec evaluate`.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -21,6 +24,7 @@ from whisperspec.drafting import make_drafter
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
+from whisperspec.whisper.rules import WhisperLogitFilter
 
 DEFAULT_CLIPS = Path(__file__).resolve().parents[1] / "tests" / "data"
 
@@ -35,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=0, help="also time batched decoding of this many windows")
     parser.add_argument("--language", default="en")
+    parser.add_argument("--flips", action="store_true",
+                        help="also count argmax flips between one-token steps and k-token passes (k = 2..8)")
     args = parser.parse_args(argv)
 
     transcriber = Transcriber(args.model)
@@ -45,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     options = DecodeOptions(language=args.language, temperatures=(0.0,))
     print(f"# whisperspec bench: model {args.model}, {len(paths)} clips, {torch.get_num_threads()} threads\n")
     print_verify_cost(runtime, windows[0])
+    if args.flips:
+        print_flips(runtime, windows, options)
     drafters = {"none": None, **{spec: make_drafter(spec, runtime) for spec in args.drafts.split(",") if spec}}
     print_decode_phase(runtime, windows, options, drafters, args.lookahead, args.repeats)
     if args.batch:
@@ -134,6 +142,81 @@ def print_batched(runtime, mels, options, drafters: dict, lookahead: str, batch:
         plain_seconds = plain_seconds or seconds
         same = sum(r.tokens == singles[i % len(mels)] for i, r in enumerate(rows))
         print(f"| {name} | {seconds:.2f} | {plain_seconds / seconds:.2f}x | {same}/{batch} |")
+    print()
+
+
+@dataclass
+class FlipCount:
+    """One-token steps vs k-token passes over the same tokens, position by position."""
+
+    positions: int = 0
+    flips: int = 0  # positions whose filtered argmax differs
+    max_difference: float = 0.0  # largest |logit difference| (finite logits)
+    min_margin: float = float("inf")  # smallest top1 - top2 of the one-token scores
+    at_risk: int = 0  # positions whose margin is within twice the largest difference seen
+
+    def add(self, other: "FlipCount") -> None:
+        self.positions += other.positions
+        self.flips += other.flips
+        self.max_difference = max(self.max_difference, other.max_difference)
+        self.min_margin = min(self.min_margin, other.min_margin)
+        self.at_risk += other.at_risk
+
+
+@torch.inference_mode()
+def count_flips(runtime, window, options, widths) -> dict[int, FlipCount]:
+    """Decode `window` plainly, then score its tokens again with passes over `width` tokens.
+
+    A verify pass computes the same logits as one-token steps in another summation order (other
+    matrix shapes, the attention over several queries), so they can differ in the last bits; a
+    near-tie argmax could then flip. Passes here take `width` tokens at a time from the plain
+    tokens, as the verifier does when every draft token is accepted; each position is scored
+    through the Whisper logit filter with the same preceding tokens, in both runs.
+    """
+    plain = WindowDecoder(runtime).decode(window, options)
+    special, decoder = runtime.special, runtime.decoder
+    prefix = special.prefix(plain.language, options.task, options.timestamps)
+    fed = prefix[-1:] + plain.tokens  # row j predicts plain.tokens[j] (the last row: end-of-text)
+    logit_filter = WhisperLogitFilter(special, len(prefix), options.timestamps, runtime.vocab_size)
+
+    def scored(width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        decoder.start(window.hidden)
+        if len(prefix) > 1:  # an English-only model with timestamps has <|sot|> alone
+            decoder.forward(torch.tensor([prefix[:-1]]))
+        logits = torch.cat([decoder.forward(torch.tensor([fed[i:i + width]]))[0]
+                            for i in range(0, len(fed), width)])
+        scores = torch.stack([logit_filter(prefix + plain.tokens[:j], row.to(torch.float32, copy=True))
+                              for j, row in enumerate(logits)])
+        return logits, scores
+
+    step_logits, step_scores = scored(1)
+    assert step_scores[:-1].argmax(dim=-1).tolist() == plain.tokens  # the re-scoring is plain decoding
+    top2 = step_scores.topk(2, dim=-1).values
+    margins = top2[:, 0] - top2[:, 1]
+    counts = {}
+    for width in widths:
+        logits, scores = scored(width)
+        difference = (logits - step_logits).abs().max().item()
+        counts[width] = FlipCount(
+            positions=len(fed), flips=int((scores.argmax(-1) != step_scores.argmax(-1)).sum()),
+            max_difference=difference, min_margin=float(margins.min()),
+            at_risk=int((margins <= 2 * difference).sum()))
+    return counts
+
+
+def print_flips(runtime, windows, options, widths=range(2, 9)) -> None:
+    print("## Argmax flips: one-token steps vs k-token passes over the plain greedy tokens\n")
+    print("| timestamps | pass width k | positions | argmax flips | max abs logit diff | "
+          "smallest top1-top2 margin | positions with margin <= 2 x diff |")
+    print("|---|---|---|---|---|---|---|")
+    for timestamps in (False, True):
+        totals = {width: FlipCount() for width in widths}
+        for window in windows:
+            for width, count in count_flips(runtime, window, replace(options, timestamps=timestamps), widths).items():
+                totals[width].add(count)
+        for width, t in totals.items():
+            print(f"| {'on' if timestamps else 'off'} | {width} | {t.positions} | {t.flips} | "
+                  f"{t.max_difference:.2e} | {t.min_margin:.4f} | {t.at_risk} |")
     print()
 
 
