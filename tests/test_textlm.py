@@ -186,6 +186,28 @@ def test_cli_streams_one_prompt_and_batches_several(monkeypatch, capsys):
     assert captured.out.split("\n")[1::2][:2] == alone and "tokens/s" in captured.err
 
 
+class CharTokenizer(IdTokenizer):
+    """Characters as ids: enough for the bench's text prompts on a random model."""
+
+    chat_template = None
+
+    def __call__(self, text):
+        return type("Encoded", (), {"input_ids": [1] + [3 + ord(c) % 297 for c in text]})
+
+
+def test_bench_runs_every_system_and_each_matches_greedy(monkeypatch, capsys):
+    from whisperspec.textlm import bench
+
+    monkeypatch.setattr(bench, "load_causal_lm", lambda name: (tiny_llama(0), CharTokenizer()))
+    assert bench.main(["--max-new-tokens", "12", "--repeats", "1"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    systems = {row[1] for row in rows if len(row) == 6 and row[1] != "system"}
+    assert len(systems) == 9 and any("transformers assistant_model" in name for name in systems)
+    # every system's output equals greedy, transformers' assisted variants included; batch rows too
+    assert [row[-1].rstrip(" |") for row in rows if row[-1].rstrip(" |") in ("True", "False")] == \
+        ["True"] * (9 * len(bench.PROMPTS) + 2)
+
+
 def test_early_exit_view_shares_weights_and_leaves_the_target_whole():
     model = tiny_llama(0)
     draft = first_layers(model, 2)
