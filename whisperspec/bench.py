@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookahead", default="4")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=0, help="also time batched decoding of this many windows")
+    parser.add_argument("--batch-lookahead", default=None,
+                        help="comma-separated lookaheads to try batched (default: --lookahead); the accepted "
+                             "length per row falls with the batch while a verify pass grows with it")
     parser.add_argument("--language", default="en")
     parser.add_argument("--flips", action="store_true",
                         help="also count argmax flips between one-token steps and k-token passes (k = 2..8)")
@@ -56,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     drafters = {"none": None, **{spec: make_drafter(spec, runtime) for spec in args.drafts.split(",") if spec}}
     print_decode_phase(runtime, windows, options, drafters, args.lookahead, args.repeats)
     if args.batch:
-        print_batched(runtime, mels, options, drafters, args.lookahead, args.batch)
+        lookaheads = (args.batch_lookahead or args.lookahead).split(",")
+        print_batched(runtime, mels, options, drafters, lookaheads, args.batch)
     return 0
 
 
@@ -125,15 +129,18 @@ def _per_window_median(samples) -> dict:
     return {index: statistics.median(values) for index, values in by_window.items()}
 
 
-def print_batched(runtime, mels, options, drafters: dict, lookahead: str, batch: int) -> None:
+def print_batched(runtime, mels, options, drafters: dict, lookaheads: list[str], batch: int) -> None:
     mel = torch.cat([mels[i % len(mels)] for i in range(batch)])
     print(f"## Batched decoding: {batch} windows together (encoder excluded)\n")
-    print("| drafter | batch decode s | speed-up vs batched plain | identical to batch-1 |")
-    print("|---|---|---|---|")
+    print("| drafter | lookahead | batch decode s | speed-up vs batched plain | acceptance | tokens/pass | "
+          "identical to batch-1 |")
+    print("|---|---|---|---|---|---|---|")
     window = runtime.encode(mel)
     singles = [WindowDecoder(runtime).decode(runtime.encode(m), options).tokens for m in mels]
     plain_seconds = None
-    for name, drafter in drafters.items():
+    runs = [(name, drafter, lookahead) for name, drafter in drafters.items()
+            for lookahead in (lookaheads if drafter else ["-"])]
+    for name, drafter, lookahead in runs:
         decoder = WindowDecoder(runtime, drafter, make_lookahead(lookahead) if drafter else None)
         decoder.decode_batch(window, options)  # warm-up
         start = time.perf_counter()
@@ -141,7 +148,10 @@ def print_batched(runtime, mels, options, drafters: dict, lookahead: str, batch:
         seconds = time.perf_counter() - start
         plain_seconds = plain_seconds or seconds
         same = sum(r.tokens == singles[i % len(mels)] for i, r in enumerate(rows))
-        print(f"| {name} | {seconds:.2f} | {plain_seconds / seconds:.2f}x | {same}/{batch} |")
+        accepted = sum(r.stats.accepted for r in rows) / max(1, sum(r.stats.proposed for r in rows))
+        per_pass = sum(r.stats.emitted for r in rows) / max(1, sum(r.stats.rounds for r in rows))
+        print(f"| {name} | {lookahead} | {seconds:.2f} | {plain_seconds / seconds:.2f}x | {accepted:.1%} | "
+              f"{per_pass:.2f} | {same}/{batch} |")
     print()
 
 
