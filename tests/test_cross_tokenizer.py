@@ -213,8 +213,9 @@ def test_whisper_cross_tokenizer_draft_matches_plain_greedy(seed, timestamps):
     script = drafter.to_draft(prefix + reference.tokens).tokens + [draft.special.eot]
     knowing = cross_tokenizer_drafter(main, draft)
     knowing.draft = WhisperDrafter(Scripted(script, draft.vocab_size, draft.special.eot), draft.vocab_size)
+    reduced = cross_tokenizer_drafter(main, draft, vocab_size_kept=3000)  # a head scoring 3000 text tokens
     accepted = 0
-    for candidate in (drafter, knowing):
+    for candidate in (drafter, reduced, knowing):
         for lookahead in LOOKAHEADS:
             result = WindowDecoder(main, candidate, make_lookahead(lookahead)).decode(window, options)
             assert result.tokens == reference.tokens, (lookahead, candidate is knowing)
@@ -282,6 +283,19 @@ def test_text_lm_cross_tokenizer_draft_matches_plain_greedy(seed):
     assert out.tokens == plain.tokens and out.stats.accepted > 0
 
 
+def test_text_lm_cross_tokenizer_batch_rows_equal_their_single_decodes():
+    from whisperspec.textlm.generate import generate_batch
+
+    tokenizer, draft_tokenizer = smollm2_tokenizer(), whisper_tokenizer("tiny.en")
+    target, draft = random_llama(2, len(tokenizer)), random_llama(12, len(draft_tokenizer))
+    prompts = ["Fix the spelling: Ths is a smal test.", "Hi", "Summarise: the weasels have eaten our phone system."]
+    alone = [generate(target, tokenizer, p, max_new_tokens=16).tokens for p in prompts]
+    for lookahead in ("2", "5"):
+        outs = generate_batch(target, tokenizer, prompts, max_new_tokens=16, lookahead=lookahead,
+                              assistant_model=draft, assistant_tokenizer=draft_tokenizer)
+        assert [o.tokens for o in outs] == alone, lookahead
+
+
 def test_text_lm_draft_with_another_vocabulary_needs_its_tokenizer():
     tokenizer, draft_tokenizer = smollm2_tokenizer(), whisper_tokenizer("tiny.en")
     target, draft = random_llama(0, len(tokenizer)), random_llama(10, len(draft_tokenizer))
@@ -326,3 +340,23 @@ def test_tiny_en_drafting_for_base_on_real_speech():
             accepted, proposed = accepted + stats.accepted, proposed + stats.proposed
     # measured: 58-91% per clip and mode, 83% in all (the shortest clip is the worst)
     assert accepted > 0.6 * proposed
+
+
+@pytest.mark.real
+def test_smollm2_drafting_for_gemma3_is_lossless():
+    """Real text LMs with different tokenizers (Gemma's SentencePiece-style BPE, SmolLM2's GPT-2
+    style BPE), through transformers' option names."""
+    from whisperspec.textlm.loading import load_causal_lm
+
+    try:
+        target, tokenizer = load_causal_lm("gemma3-270m")
+        draft, draft_tokenizer = load_causal_lm("smollm2")
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    prompt = "The weasels have eaten our phone system. Please call back later, because the weasels"
+    plain = generate(target, tokenizer, prompt, max_new_tokens=16)
+    out = generate(target, tokenizer, prompt, max_new_tokens=16, assistant_model=draft,
+                   assistant_tokenizer=draft_tokenizer, num_assistant_tokens=4)
+    assert out.tokens == plain.tokens
+    print(f"gemma3-270m <- smollm2: {out.text!r} accepted {out.stats.accepted}/{out.stats.proposed}")
+    assert out.stats.proposed > 0

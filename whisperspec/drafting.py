@@ -7,9 +7,10 @@
     auto              the draft trained for this model and shipped with whisperspec (`whisperspec
                       distill`), else int8 (see README: Benchmarks)
     FILE.safetensors  a draft trained by `whisperspec distill` for this main model
-    MODEL             a draft checkpoint (name, dir or hub id); shares the main encoder when its
+    MODEL[:V]         a draft checkpoint (name, dir or hub id); shares the main encoder when its
                       encoder is the same (distil-whisper); with another vocabulary (tiny.en for
-                      base) it drafts in its own tokens, translated through text
+                      base) it drafts in its own tokens, translated through text; V: its head
+                      scores only the V most frequent text tokens
 """
 
 from __future__ import annotations
@@ -53,13 +54,16 @@ def trained_drafter(path: Path, runtime: WhisperRuntime):
 def _checkpoint_drafter(spec: str, runtime: WhisperRuntime):
     from whisperspec.models import load_whisper
 
+    source, _, kept = spec.rpartition(":")  # MODEL:V, a head scoring the V most frequent text tokens
+    spec, kept = (source, int(kept)) if source and kept.isdigit() else (spec, None)
     bundle = load_whisper(spec)
     draft = bundle.model
     if draft.config.vocab_size != runtime.vocab_size:  # another tokenizer: draft in its tokens, translate via text
         from whisperspec.whisper.cross_tokenizer import cross_tokenizer_drafter
 
-        return cross_tokenizer_drafter(runtime, WhisperRuntime.from_bundle(bundle))
-    return drafters.draft_model_drafter(runtime, draft, share_encoder=same_encoder(runtime.model, draft))
+        return cross_tokenizer_drafter(runtime, WhisperRuntime.from_bundle(bundle), vocab_size_kept=kept)
+    return drafters.draft_model_drafter(runtime, draft, share_encoder=same_encoder(runtime.model, draft),
+                                        vocab_size_kept=kept)
 
 
 def same_encoder(main: torch.nn.Module, draft: torch.nn.Module) -> bool:

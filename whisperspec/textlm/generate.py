@@ -90,6 +90,8 @@ def _target_and_drafter(model, draft, sequences: list[list[int]]):
     target.start(prefixes)
     if isinstance(drafter, ModelDrafter) and isinstance(drafter.model, CausalLM):
         drafter.model.start(prefixes)  # so the draft's first sync needs no padding on ragged rows
+    elif isinstance(drafter, CrossTokenizerDrafter):
+        drafter.start(prefixes)  # its draft model holds one row per sequence, in its own tokens
     return target, drafter
 
 

@@ -14,9 +14,16 @@ only the acceptance rate depends on how well the two sides are aligned:
 * draft -> target: the draft's new text is encoded together with the target's last token, so a word
   the target has begun is continued as the target's tokenizer would continue it; when that would
   re-split the target's last token, the new text is encoded on its own (the target has committed to
-  its split). Only target tokens that extend the current sequence are proposed.
+  its split). Only target tokens that extend the current sequence are proposed. Where the draft
+  stopped, an unfinished character and trailing spaces are left out: both BPE and SentencePiece
+  vocabularies glue a space to the word after it.
 * A target sequence that ends inside a multi-byte character (byte-level BPE splits them) is shown
   to the draft without that character; the proposal must then begin with the target's bytes of it.
+
+Two pitfalls of transformers' version, measured on Whisper, do not arise: its re-encoding adds the
+tokenizer's special tokens around the text (<|startoftranscript|>...<|endoftext|>), and its fixed
+look-behind windows go negative on short sequences and misalign. Here the encoding adds nothing,
+the draft side re-encodes all the text and the target side looks back one token.
 
 Nothing here knows a particular model: both tokenizers, the special-token map and the draft's own
 logit rules are injected (see `whisperspec.whisper.cross_tokenizer` and `whisperspec.textlm.generate`).
@@ -122,6 +129,13 @@ class CrossTokenizerDrafter:
         proposals = self.draft.propose_batch(draft_rows, k, draft_contexts)
         return [Proposal(self.to_target(view, p.tokens)[:k], forward_passes=p.forward_passes)
                 for view, p in zip(views, proposals)]
+
+    def start(self, sequences: list[list[int]]) -> None:
+        """A new batch (one row per target sequence), for draft models that hold a fixed number of
+        rows: they start holding each sequence in draft tokens."""
+        start = getattr(self.draft.model, "start", None)
+        if start is not None:
+            start([self.to_draft(sequence).tokens for sequence in sequences])
 
     def learn(self, tokens: list[int], verdict: Verdict) -> None:
         pass  # the next `propose` re-encodes the sequence; the draft re-syncs its cache by common prefix
