@@ -54,8 +54,10 @@ def test_plain_decoding_equals_transformers_generate_on_real_speech(base):
 
 
 # Acceptance each drafter reaches at the least on these clips (measured well above): int8 is the
-# model itself at lower precision; an untrained early exit from layer 4 of 6 agrees rarely.
-MIN_ACCEPTANCE = {"int8": 0.8, "early-exit:4": 0.05, "ngram": 0.0}
+# model itself at lower precision; the shipped distilled draft (trained on synthetic speech only)
+# agrees with base on 76% of the tokens of these clips, 50% of its k=4 proposals; an untrained
+# early exit from layer 4 of 6 agrees rarely.
+MIN_ACCEPTANCE = {"int8": 0.8, "trained": 0.3, "early-exit:4": 0.05, "ngram": 0.0}
 
 
 @pytest.mark.parametrize("draft", list(MIN_ACCEPTANCE))

@@ -17,7 +17,7 @@ from whisperspec.output import write_outputs
 from whisperspec.transcribe import Transcriber
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample.flac"
-DRAFTS = ["none", "auto", "int8", "early-exit", "ngram"]
+DRAFTS = ["none", "auto", "int8", "trained", "early-exit", "ngram"]
 LOOKAHEADS = ["4", "6", "heuristic", "confidence", "cost"]
 MAX_UPLOAD_BYTES = 200 << 20  # a 2-core machine: hours of audio would block the queue for everyone
 LEGEND = ('<div class="ws-legend"><span class="ws-tok ws-draft">drafted, accepted</span>'

@@ -1,6 +1,6 @@
 """`whisperspec distill`: train a draft decoder for a main model, offline, on synthetic speech.
 
-    whisperspec distill --model base --windows 1280 --out whisperspec/assets/base-draft.safetensors
+    whisperspec distill --model base --windows 1280 --vocab 12288 --out whisperspec/assets/base-draft.safetensors
 
 1. sentences from Debian's `fortunes` (or --corpus FILE), spoken by espeak-ng and Piper voices;
 2. labelled by the main model (greedy tokens, decoder hidden states), cached shard by shard;
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-windows", type=int, default=64)
     parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
     parser.add_argument("--vocab", type=int, default=8192, help="text tokens the draft scores (the main model's most frequent)")
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--corpus", type=Path, default=None, help="text file (default: Debian fortunes)")

@@ -4,7 +4,7 @@ A distilled draft (`whisperspec distill`) reuses the main model's encoder, token
 embeddings and (a slice of) its output head, so its file holds just its decoder layers and final
 layer norm, in float16 (base: 2 layers, ~17 MB), the ids of the tokens its head scores, and metadata saying which main model it belongs
 to (a fingerprint of the main embeddings), how many layers, and the vocabulary it scores.
-`draft_for(runtime)` finds the shipped draft of a main model, if there is one.
+`shipped_draft(main)` finds the draft shipped for a main model, if there is one.
 """
 
 from __future__ import annotations
