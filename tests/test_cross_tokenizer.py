@@ -360,3 +360,5 @@ def test_smollm2_drafting_for_gemma3_is_lossless():
     assert out.tokens == plain.tokens
     print(f"gemma3-270m <- smollm2: {out.text!r} accepted {out.stats.accepted}/{out.stats.proposed}")
     assert out.stats.proposed > 0
+    named = generate(target, tokenizer, prompt, max_new_tokens=16, draft="smollm2", lookahead=4)  # as the CLI
+    assert named.tokens == plain.tokens and named.stats.accepted == out.stats.accepted

@@ -44,7 +44,7 @@ def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead
     draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options,
                                                        tokenizer)
     ids = prompt_ids(tokenizer, prompt, chat)
-    target, drafter = _target_and_drafter(model, draft, [ids])
+    target, drafter = _target_and_drafter(model, tokenizer, draft, [ids])
     streamed: list[int] = []
 
     def on_tokens(new_tokens: list[int]) -> None:
@@ -70,14 +70,14 @@ def generate_batch(model, tokenizer, prompts: list[str | list[int]], *, draft=No
     draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options,
                                                        tokenizer)
     rows = [prompt_ids(tokenizer, prompt, chat) for prompt in prompts]
-    target, drafter = _target_and_drafter(model, draft, rows)
+    target, drafter = _target_and_drafter(model, tokenizer, draft, rows)
     outs = speculative_generate_batch(target, rows, max_new_tokens, tokenizer.eos_token_id, drafter=drafter,
                                       lookahead=make_lookahead(lookahead, default="6") if drafter else None,
                                       temperature=temperature, generator=torch.Generator().manual_seed(seed))
     return [_text(tokenizer, out, stop) for out in outs]
 
 
-def _target_and_drafter(model, draft, sequences: list[list[int]]):
+def _target_and_drafter(model, tokenizer, draft, sequences: list[list[int]]):
     """The target holding every sequence but its last token (the loop's starting point), and the
     drafter. An early-exit draft of one sequence writes into the target's own cache (LayerSkip)."""
     exit_layer = _early_exit_layer(draft, model)
@@ -85,7 +85,7 @@ def _target_and_drafter(model, draft, sequences: list[list[int]]):
         target = LayerSkipLM(model, exit_layer)
         drafter = ModelDrafter(target.draft, model.config.vocab_size)
     else:
-        target, drafter = CausalLM(model), make_text_drafter(draft, model)
+        target, drafter = CausalLM(model), make_text_drafter(draft, model, tokenizer)
     prefixes = [sequence[:-1] for sequence in sequences]
     target.start(prefixes)
     if isinstance(drafter, ModelDrafter) and isinstance(drafter.model, CausalLM):
@@ -118,7 +118,9 @@ class OtherTokenizerDraft:
     target_tokenizer: object
 
 
-def make_text_drafter(draft, target_model):
+def make_text_drafter(draft, target_model, target_tokenizer=None):
+    """`target_tokenizer` lets a draft named by string with another vocabulary draft across
+    tokenizers (its own tokenizer is loaded with it)."""
     tokenizers = None
     if isinstance(draft, OtherTokenizerDraft):
         draft, tokenizers = draft.model, (draft.target_tokenizer, draft.tokenizer)
@@ -133,7 +135,9 @@ def make_text_drafter(draft, target_model):
                                 target_model.config.vocab_size)
         from whisperspec.textlm.loading import load_causal_lm
 
-        draft = load_causal_lm(draft)[0]
+        draft, draft_tokenizer = load_causal_lm(draft)
+        if draft.config.vocab_size != target_model.config.vocab_size and target_tokenizer is not None:
+            tokenizers = (target_tokenizer, draft_tokenizer)
     if tokenizers is not None:  # drafts in its own tokens, translated through text (as transformers' UAG)
         return CrossTokenizerDrafter.for_tokenizers(
             ModelDrafter(CausalLM(draft), draft.config.vocab_size), *tokenizers,
