@@ -5,8 +5,8 @@
 1. sentences from Debian's `fortunes` (or --corpus FILE), spoken by espeak-ng and Piper voices;
 2. labelled by the main model (greedy tokens, decoder hidden states), cached shard by shard;
 3. a draft of --layers copies of main decoder layers trained to imitate it, best held-out epoch kept;
-4. saved as a small file of its own weights (`whisperspec.models.drafts`); `--draft auto` picks up a
-   file in whisperspec/assets trained for the main model.
+4. saved as a small file of its own weights (`whisperspec.models.drafts`): `--draft FILE`, or
+   `--draft trained` for the one shipped in whisperspec/assets for the main model.
 Held-out windows are spoken from sentences kept out of training. Targets come from the main model,
 so no transcripts are needed; no evaluation audio or text is used.
 """
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=1280, help="synthetic 30-s windows to train on")
     parser.add_argument("--val-windows", type=int, default=64)
     parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
-    parser.add_argument("--vocab", type=int, default=8192, help="text tokens the draft scores (the main model's most frequent)")
+    parser.add_argument("--vocab", type=int, default=12288, help="text tokens the draft scores (the main model's most frequent)")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-4)

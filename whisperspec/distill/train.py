@@ -28,7 +28,7 @@ from whisperspec.distill.labels import Example
 
 @dataclass
 class TrainConfig:
-    epochs: int = 8
+    epochs: int = 6
     batch_size: int = 16
     lr: float = 2e-4
     warmup_steps: int = 30

@@ -2,8 +2,9 @@
 
 A distilled draft (`whisperspec distill`) reuses the main model's encoder, token and position
 embeddings and (a slice of) its output head, so its file holds just its decoder layers and final
-layer norm, in float16 (base: 2 layers, ~17 MB), the ids of the tokens its head scores, and metadata saying which main model it belongs
-to (a fingerprint of the main embeddings), how many layers, and the vocabulary it scores.
+layer norm, in float16 (base: 2 layers, ~17 MB), the ids of the tokens its head scores, and
+metadata saying which main model it belongs to (a fingerprint of the main embeddings) and how many
+layers it has.
 `shipped_draft(main)` finds the draft shipped for a main model, if there is one.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from pathlib import Path
 
 import torch
@@ -21,10 +23,17 @@ SHARED = ("embed_tokens.", "embed_positions.")  # the main model's, never stored
 VOCAB_IDS = "vocab_ids"  # the full-vocabulary ids of the draft head's rows
 
 
+_fingerprints: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()
+
+
 def fingerprint(model: torch.nn.Module) -> str:
-    """Identifies the main model a draft was trained for (its token embeddings, exactly)."""
-    weight = model.model.decoder.embed_tokens.weight.detach().float().contiguous()
-    return hashlib.sha256(weight.numpy().tobytes()).hexdigest()[:16]
+    """Identifies the main model a draft was trained for (its token embeddings, exactly).
+
+    Hashing base's 106 MB of embeddings takes a few hundred ms: once per loaded model."""
+    if model not in _fingerprints:
+        weight = model.model.decoder.embed_tokens.weight.detach().float().contiguous()
+        _fingerprints[model] = hashlib.sha256(weight.numpy().tobytes()).hexdigest()[:16]
+    return _fingerprints[model]
 
 
 def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module, vocab_ids: torch.Tensor,

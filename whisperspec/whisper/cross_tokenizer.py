@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter, SpecialTokenMap, Vocabulary
-from whisperspec.whisper.drafters import DecoderDraft, WhisperDrafter, frequent_vocab
+from whisperspec.whisper.drafters import DecoderDraft, WhisperDrafter, reduced_vocab
 from whisperspec.whisper.model import EncodedWindow, WhisperRuntime
 from whisperspec.whisper.rules import WhisperLogitFilter
 from whisperspec.whisper.tokens import WhisperTokens
@@ -33,10 +33,7 @@ def cross_tokenizer_drafter(main: WhisperRuntime, draft: WhisperRuntime,
     """`draft` proposes in its own tokens, from its own encoder pass over each window's mel;
     `vocab_size_kept`: its head scores only that many of its most frequent text tokens (the head
     is the larger part of a small draft's step; the main model still decides on every token)."""
-    kept = None
-    if vocab_size_kept is not None and vocab_size_kept < draft.special.eot:
-        kept = frequent_vocab(draft.vocab_size, draft.special.eot, vocab_size_kept)
-    model = DecoderDraft(draft.decoder, kept, encoder=draft.model.model.encoder)
+    model = DecoderDraft(draft.decoder, reduced_vocab(draft, vocab_size_kept), encoder=draft.model.model.encoder)
     return WhisperCrossTokenizerDrafter(
         WhisperDrafter(model, draft.vocab_size), _vocabulary(main), _vocabulary(draft),
         special_token_map(main.special, main.vocab_size, draft.special, draft.vocab_size),

@@ -81,7 +81,7 @@ def frequent_vocab(vocab_size: int, eot: int, size: int) -> torch.Tensor:
 
 
 def early_exit_drafter(runtime, exit_layer: int, vocab_size_kept: int | None = None) -> WhisperDrafter:
-    ids = _vocab(runtime, vocab_size_kept)
+    ids = reduced_vocab(runtime, vocab_size_kept)
     draft = DecoderDraft(runtime.decoder, ids, exit_layer=exit_layer, owns_cache=False)
     return WhisperDrafter(draft, runtime.vocab_size)
 
@@ -101,7 +101,7 @@ def int8_self_drafter(runtime, vocab_size_kept: int | None = 16384) -> WhisperDr
     from torch.ao.quantization import quantize_dynamic
 
     decoder = copy.deepcopy(runtime.model.model.decoder).float()  # int8 kernels take float32 activations
-    ids = _vocab(runtime, vocab_size_kept)
+    ids = reduced_vocab(runtime, vocab_size_kept)
     weight = runtime.model.proj_out.weight.detach().float()
     head = nn.Linear(weight.shape[1], weight.shape[0] if ids is None else len(ids), bias=False)
     head.weight = nn.Parameter(weight if ids is None else weight[ids], requires_grad=False)
@@ -116,11 +116,12 @@ def draft_model_drafter(runtime, draft_model: nn.Module, share_encoder: bool,
     scoring `vocab_ids` (a trained draft's own) or the `vocab_size_kept` most frequent tokens."""
     kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length)
     encoder = None if share_encoder else draft_model.model.encoder
-    ids = vocab_ids if vocab_ids is not None else _vocab(runtime, vocab_size_kept)
+    ids = vocab_ids if vocab_ids is not None else reduced_vocab(runtime, vocab_size_kept)
     return WhisperDrafter(DecoderDraft(kv, ids, encoder=encoder), runtime.vocab_size)
 
 
-def _vocab(runtime, size: int | None) -> torch.Tensor | None:
+def reduced_vocab(runtime, size: int | None) -> torch.Tensor | None:
+    """The ids a draft head of `size` text tokens scores for `runtime`'s vocabulary (None: all)."""
     if size is None or size >= runtime.special.eot:
         return None
     return frequent_vocab(runtime.vocab_size, runtime.special.eot, size)
