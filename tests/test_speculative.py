@@ -103,6 +103,44 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
             assert [r.tokens for r in rows] == singles, (name, lookahead)
 
 
+def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
+    runtime = tiny_runtime(0)
+    drafter = make_drafter("int8", runtime)
+    window = runtime.encode(random_mel(0))
+    WindowDecoder(runtime, drafter, make_lookahead("2")).decode(window, DecodeOptions(language="en", max_new_tokens=8))
+    draft, main = drafter.model.decoder, runtime.decoder
+    for (k, v), (main_k, main_v) in zip(draft.cross_kv, main.cross_kv):
+        assert torch.equal(k, main_k.to(k.dtype)) and torch.equal(v, main_v.to(v.dtype))
+        assert k.data_ptr() != main_k.data_ptr()  # its own copy: each decoder narrows its own in `reorder`
+    other = runtime.encode(random_mel(1))  # a window the main decoder has not started: projected anew
+    draft.start(other.hidden, share_cross_with=main)
+    assert not torch.equal(draft.cross_kv[0][0], main.cross_kv[0][0].to(draft.cross_kv[0][0].dtype))
+
+
+@pytest.mark.parametrize("finished", [[0], [1, 3], [4], [0, 1, 2, 3]])
+def test_dropping_finished_rows_keeps_the_others_caches(finished):
+    """The loop lets a survivor from the end take a finished row's slot; the cache moves only it."""
+    from whisperspec.speculative.generate import _survivors
+
+    runtime = tiny_runtime(6)
+    decoder = runtime.decoder
+    decoder.start(runtime.encode(random_mel(6, batch=5)).hidden)
+    decoder.forward(torch.arange(5 * 7).reshape(5, 7) + 100)
+    decoder.rollback([7, 3, 6, 2, 5])
+    before = {"cross": [k.clone() for k, _ in decoder.cross_kv], "self": [v.clone() for _, v in decoder.self_kv],
+              "lengths": decoder.lengths.clone(), "fed": decoder.fed_tokens.clone()}
+    keep = _survivors(5, finished)
+    assert sorted(keep) == [r for r in range(5) if r not in finished]
+    assert all(slot == row for slot, row in enumerate(keep) if row < len(keep))  # survivors in place stay
+    decoder.reorder(torch.tensor(keep))
+    assert decoder.batch_size == len(keep)
+    assert torch.equal(decoder.lengths, before["lengths"][:, keep])
+    assert torch.equal(decoder.fed_tokens, before["fed"][keep])
+    for layer in range(decoder.n_layers):
+        assert torch.equal(decoder.cross_kv[layer][0], before["cross"][layer][keep])
+        assert torch.equal(decoder.self_kv[layer][1], before["self"][layer][keep])
+
+
 def test_long_form_with_a_drafter_matches_plain(tmp_path):
     """Timestamps, window seeking and prompts from the previous window: all through the drafter."""
     import numpy as np

@@ -76,6 +76,15 @@ def test_speculative_output_is_identical_on_real_speech(base, draft):
     print(draft, fast.stats["speculation"])
 
 
+def test_auto_draft_is_the_shipped_trained_one_where_it_exists(base):
+    from tiny_models import tiny_runtime
+    from whisperspec.drafting import make_drafter
+
+    assert make_drafter("auto", base.runtime).model.decoder.n_layers == 2  # base-draft.safetensors
+    tiny = tiny_runtime(0)  # no draft ships for it: the int8 copy of its own decoder
+    assert make_drafter("auto", tiny).model.decoder.n_layers == tiny.decoder.n_layers
+
+
 def test_long_form_segments_follow_the_audio(base, tmp_path):
     clips = ["vm-options", "basic-pbx-ivr-main", "ss-noservice", "vm-options"]
     pause = np.zeros(16000, dtype=np.float32)

@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base")
     parser.add_argument("--audio", nargs="*", type=Path, help="audio files (default: tests/data/*.flac)")
-    parser.add_argument("--drafts", default="int8,early-exit,ngram", help="comma-separated drafter specs")
-    parser.add_argument("--lookahead", default="4")
+    parser.add_argument("--drafts", default="int8,early-exit,ngram",
+                        help="comma-separated drafter specs, each optionally @LOOKAHEAD (auto@2,auto@cost)")
+    parser.add_argument("--lookahead", default="4", help="for drafts given without @LOOKAHEAD")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=0, help="also time batched decoding of this many windows")
     parser.add_argument("--batch-lookahead", default=None,
@@ -56,11 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     print_verify_cost(runtime, windows[0])
     if args.flips:
         print_flips(runtime, windows, options)
-    drafters = {"none": None, **{spec: make_drafter(spec, runtime) for spec in args.drafts.split(",") if spec}}
-    print_decode_phase(runtime, windows, options, drafters, args.lookahead, args.repeats)
+    drafters, lookaheads = {"none": None}, {"none": None}
+    built = {}
+    for entry in filter(None, args.drafts.split(",")):
+        spec, _, lookahead = entry.partition("@")
+        built[spec] = built.get(spec) or make_drafter(spec, runtime)  # one drafter, several lookaheads
+        drafters[entry], lookaheads[entry] = built[spec], lookahead or args.lookahead
+    print_decode_phase(runtime, windows, options, drafters, lookaheads, args.repeats)
     if args.batch:
-        lookaheads = (args.batch_lookahead or args.lookahead).split(",")
-        print_batched(runtime, mels, options, drafters, lookaheads, args.batch)
+        batch_lookaheads = (args.batch_lookahead or args.lookahead).split(",")
+        print_batched(runtime, mels, options, {"none": None, **built}, batch_lookaheads, args.batch, args.repeats)
     return 0
 
 
@@ -90,7 +96,7 @@ def print_verify_cost(runtime, window) -> None:
     print("| ms | " + " | ".join(f"{ms:.1f}" for ms in costs.values()) + " |\n")
 
 
-def print_decode_phase(runtime, windows, options, drafters: dict, lookahead: str, repeats: int) -> None:
+def print_decode_phase(runtime, windows, options, drafters: dict, lookaheads: dict, repeats: int) -> None:
     times = {name: [] for name in drafters}
     tokens, stats = {}, {name: [] for name in drafters}
     for repeat in range(repeats + 1):  # the first round warms up and is not counted
@@ -98,7 +104,8 @@ def print_decode_phase(runtime, windows, options, drafters: dict, lookahead: str
             names = list(drafters)
             names = names[repeat % len(names):] + names[:repeat % len(names)]  # rotate: drift hits all alike
             for name in names:
-                decoder = WindowDecoder(runtime, drafters[name], make_lookahead(lookahead) if drafters[name] else None)
+                decoder = WindowDecoder(runtime, drafters[name],
+                                        make_lookahead(lookaheads[name]) if drafters[name] else None)
                 start = time.perf_counter()
                 result = decoder.decode(window, options)
                 elapsed = time.perf_counter() - start
@@ -108,17 +115,17 @@ def print_decode_phase(runtime, windows, options, drafters: dict, lookahead: str
                 tokens[name, index] = result.tokens
     plain = _per_window_median(times["none"])
     n_tokens = sum(len(tokens["none", i]) for i in range(len(windows)))
-    print(f"## Decode phase (encoder excluded), lookahead {lookahead}, median of {repeats}\n")
-    print("| drafter | decode s | tokens/s | speed-up | acceptance | tokens/pass | identical |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"## Decode phase (encoder excluded), median of {repeats}\n")
+    print("| drafter | lookahead | decode s | tokens/s | speed-up | acceptance | tokens/pass | identical |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in drafters:
         per_window = _per_window_median(times[name])
         total = sum(per_window.values())
         accepted = sum(s.accepted for s in stats[name]) / max(1, sum(s.proposed for s in stats[name]))
         per_pass = sum(s.emitted for s in stats[name]) / max(1, sum(s.rounds for s in stats[name]))
         same = sum(tokens[name, i] == tokens["none", i] for i in range(len(windows)))
-        print(f"| {name} | {total:.2f} | {n_tokens / total:.1f} | {sum(plain.values()) / total:.2f}x | "
-              f"{accepted:.1%} | {per_pass:.2f} | {same}/{len(windows)} |")
+        print(f"| {name.partition('@')[0]} | {lookaheads[name] or '-'} | {total:.2f} | {n_tokens / total:.1f} | "
+              f"{sum(plain.values()) / total:.2f}x | {accepted:.1%} | {per_pass:.2f} | {same}/{len(windows)} |")
     print()
 
 
@@ -129,28 +136,31 @@ def _per_window_median(samples) -> dict:
     return {index: statistics.median(values) for index, values in by_window.items()}
 
 
-def print_batched(runtime, mels, options, drafters: dict, lookaheads: list[str], batch: int) -> None:
+def print_batched(runtime, mels, options, drafters: dict, lookaheads: list[str], batch: int, repeats: int) -> None:
     mel = torch.cat([mels[i % len(mels)] for i in range(batch)])
-    print(f"## Batched decoding: {batch} windows together (encoder excluded)\n")
+    print(f"## Batched decoding: {batch} windows together (encoder excluded), median of {repeats}\n")
     print("| drafter | lookahead | batch decode s | speed-up vs batched plain | acceptance | tokens/pass | "
           "identical to batch-1 |")
     print("|---|---|---|---|---|---|---|")
     window = runtime.encode(mel)
     singles = [WindowDecoder(runtime).decode(runtime.encode(m), options).tokens for m in mels]
-    plain_seconds = None
-    runs = [(name, drafter, lookahead) for name, drafter in drafters.items()
-            for lookahead in (lookaheads if drafter else ["-"])]
-    for name, drafter, lookahead in runs:
-        decoder = WindowDecoder(runtime, drafter, make_lookahead(lookahead) if drafter else None)
-        decoder.decode_batch(window, options)  # warm-up
-        start = time.perf_counter()
-        rows = decoder.decode_batch(window, options)
-        seconds = time.perf_counter() - start
-        plain_seconds = plain_seconds or seconds
+    runs = [(name, lookahead) for name, drafter in drafters.items() for lookahead in (lookaheads if drafter else ["-"])]
+    times, results = {run: [] for run in runs}, {}
+    for repeat in range(repeats + 1):  # the first round warms up and is not counted
+        for name, lookahead in runs[repeat % len(runs):] + runs[:repeat % len(runs)]:  # rotate, as above
+            drafter = drafters[name]
+            decoder = WindowDecoder(runtime, drafter, make_lookahead(lookahead) if drafter else None)
+            start = time.perf_counter()
+            results[name, lookahead] = decoder.decode_batch(window, options)
+            if repeat:
+                times[name, lookahead].append(time.perf_counter() - start)
+    plain_seconds = statistics.median(times[runs[0]])
+    for run in runs:
+        rows, seconds = results[run], statistics.median(times[run])
         same = sum(r.tokens == singles[i % len(mels)] for i, r in enumerate(rows))
         accepted = sum(r.stats.accepted for r in rows) / max(1, sum(r.stats.proposed for r in rows))
         per_pass = sum(r.stats.emitted for r in rows) / max(1, sum(r.stats.rounds for r in rows))
-        print(f"| {name} | {lookahead} | {seconds:.2f} | {plain_seconds / seconds:.2f}x | {accepted:.1%} | "
+        print(f"| {run[0]} | {run[1]} | {seconds:.2f} | {plain_seconds / seconds:.2f}x | {accepted:.1%} | "
               f"{per_pass:.2f} | {same}/{batch} |")
     print()
 

@@ -56,7 +56,7 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--output-dir", type=Path, default=None, help="write result files here")
     p.add_argument("--format", default="txt", help="comma-separated, of txt,srt,vtt,json or 'all'")
     p.add_argument("--draft", default="none", help="none, auto, ngram, early-exit[:E], int8[:V], or a draft model")
-    p.add_argument("--lookahead", default=None, help="K, heuristic, confidence[:t] or cost")
+    p.add_argument("--lookahead", default=None, help="K (default 3), heuristic, confidence[:t] or cost")
     p.add_argument("--temperature", type=float, default=None,
                    help="fixed sampling temperature (default: greedy with openai-whisper's fallback)")
     p.add_argument("--initial-prompt", default=None)

@@ -32,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-windows", type=int, default=64)
     parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
     parser.add_argument("--vocab", type=int, default=12288, help="text tokens the draft scores (the main model's most frequent)")
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--dropout", type=float, default=0.1, help="on the draft layers' residual branches while training")
     parser.add_argument("--corpus", type=Path, default=None, help="text file (default: Debian fortunes)")
     parser.add_argument("--data-dir", type=Path, default=None, help="labelled shards (default: in the cache)")
     args = parser.parse_args(argv)
@@ -65,10 +66,10 @@ def distill(args) -> dict:
     main_model = runtime.model
     draft = draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
     vocab_ids = draft_vocabulary(train_set, runtime.vocab_size, runtime.special.eot, args.vocab)
-    trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight)
+    trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight, dropout=args.dropout)
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
     best = train(trainer, train_set, val_set, config)
-    report = {"model": args.model, "layers": args.layers, "vocab_size_kept": args.vocab,
+    report = {"model": args.model, "layers": args.layers, "vocab_size_kept": args.vocab, "dropout": args.dropout,
               "train_windows": len(train_set), "val_windows": len(val_set),
               "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
               "label_seconds": round(label_seconds), **{k: round(v, 4) for k, v in best.items()},

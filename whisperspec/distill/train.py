@@ -37,8 +37,9 @@ class TrainConfig:
 
 
 class DraftTrainer:
-    def __init__(self, draft_decoder: nn.Module, vocab_ids: torch.Tensor, head_weight: torch.Tensor):
-        self.decoder = draft_decoder
+    def __init__(self, draft_decoder: nn.Module, vocab_ids: torch.Tensor, head_weight: torch.Tensor,
+                 dropout: float = 0.0):
+        self.decoder, self.dropout = draft_decoder, dropout
         self.vocab_ids = vocab_ids
         self.head = head_weight[vocab_ids].detach().float()  # [V_draft, d]: frozen slice of the main head
         self.column = torch.full((head_weight.shape[0],), -1, dtype=torch.long)  # full id -> draft column
@@ -63,17 +64,21 @@ class DraftTrainer:
     def forward(self, tokens: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Draft logits over its vocabulary for every position of `tokens` [b, n] (teacher forcing)."""
         d = self.decoder
+
+        def drop(branch: torch.Tensor) -> torch.Tensor:
+            return F.dropout(branch, self.dropout, training=d.training)
+
         x = d.embed_tokens.weight[tokens] + d.embed_positions.weight[:tokens.shape[1]]
         for layer, (k_cross, v_cross) in zip(d.layers, cross):
             h = layer.self_attn_layer_norm(x)
             attn = layer.self_attn
             q, k, v = (self._heads(proj(h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-            x = x + attn.out_proj(self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+            x = x + drop(attn.out_proj(self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True))))
             h = layer.encoder_attn_layer_norm(x)
             q = self._heads(layer.encoder_attn.q_proj(h))
             out = F.scaled_dot_product_attention(q, k_cross.float(), v_cross.float())
-            x = x + layer.encoder_attn.out_proj(self._merge(out))
-            x = x + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x))))
+            x = x + drop(layer.encoder_attn.out_proj(self._merge(out)))
+            x = x + drop(layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x)))))
         return d.layer_norm(x) @ self.head.T
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]

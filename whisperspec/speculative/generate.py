@@ -97,7 +97,7 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
         for v in verdicts:
             lookahead.update(v, t1 - t0, t2 - t1)
         if finished:
-            keep = [i for i, r in enumerate(active) if r not in finished]
+            keep = _survivors(len(active), [i for i, r in enumerate(active) if r in finished])
             active = [active[i] for i in keep]
             if active:
                 _drop_rows(target, drafter, keep)
@@ -115,6 +115,15 @@ def _propose(drafter, rows: list[list[int]], k: int, contexts: list[DraftContext
 def _learn(drafter, rows, verdicts) -> None:
     for row, verdict in zip(rows, verdicts):
         drafter.learn(row, verdict)
+
+
+def _survivors(n: int, finished: list[int]) -> list[int]:
+    """The batch positions still decoding, in a new order that moves as few rows as possible: a
+    survivor keeps its slot unless the batch shrinks past it, then it fills a finished row's slot
+    (caches copy only the rows that move)."""
+    size = n - len(finished)
+    tail = [i for i in range(size, n) if i not in finished]
+    return [tail.pop() if i in finished else i for i in range(size)]
 
 
 def _drop_rows(target, drafter, keep: list[int]) -> None:

@@ -24,7 +24,8 @@ from torch import nn
 
 
 class KVDecoder:
-    def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None):
+    def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None,
+                 cross_dtype: torch.dtype | None = None):
         self.embed_tokens = decoder.embed_tokens.weight
         self.embed_positions = decoder.embed_positions.weight
         self.layers = list(decoder.layers)
@@ -36,6 +37,10 @@ class KVDecoder:
         self.scaling = attn.scaling
         self.n_layers = len(self.layers)
         self.batch_size = 0
+        self.encoder_hidden = None
+        # A draft may keep the cross-attention keys/values (the 1500 encoder positions every step
+        # reads) in bfloat16: half the bytes, and its numbers only steer proposals, never outputs.
+        self.cross_dtype = cross_dtype
 
     @classmethod
     def from_model(cls, model: nn.Module, **kwargs) -> "KVDecoder":
@@ -44,17 +49,29 @@ class KVDecoder:
 
     # ------------------------------------------------------------------ state
     @torch.inference_mode()
-    def start(self, encoder_hidden: torch.Tensor) -> None:
-        """New window(s): project the encoder output to cross-attention K/V once, empty the cache."""
+    def start(self, encoder_hidden: torch.Tensor, share_cross_with: "KVDecoder | None" = None) -> None:
+        """New window(s): project the encoder output to cross-attention K/V once, empty the cache.
+
+        `share_cross_with`: a decoder with the same cross-attention projections (an int8 copy's
+        source) already started on this same encoder output; its keys/values are reused (in this
+        decoder's cross dtype) instead of being projected again.
+        """
         batch, _, _ = encoder_hidden.shape
         dtype, device = self.embed_tokens.dtype, self.embed_tokens.device
-        encoder_hidden = encoder_hidden.to(dtype)  # a draft may run in another precision than the encoder
+        self.encoder_hidden = encoder_hidden  # what this window's cross K/V come from
         self.batch_size = batch
-        self.cross_kv = [
-            (self._heads(layer.encoder_attn.k_proj(encoder_hidden)),
-             self._heads(layer.encoder_attn.v_proj(encoder_hidden)))
-            for layer in self.layers
-        ]
+        cross_dtype = self.cross_dtype or dtype
+        if share_cross_with is not None and share_cross_with.encoder_hidden is encoder_hidden:
+            # copies, never views: each decoder narrows its own tensors in place in `reorder`
+            self.cross_kv = [(k.to(cross_dtype, copy=True), v.to(cross_dtype, copy=True))
+                             for k, v in share_cross_with.cross_kv]
+        else:
+            encoder_hidden = encoder_hidden.to(dtype)  # a draft may run in another precision than the encoder
+            self.cross_kv = [
+                (self._heads(layer.encoder_attn.k_proj(encoder_hidden)).to(cross_dtype),
+                 self._heads(layer.encoder_attn.v_proj(encoder_hidden)).to(cross_dtype))
+                for layer in self.layers
+            ]
         shape = (batch, self.n_heads, self.max_length, self.head_dim)
         self.self_kv = [(torch.zeros(shape, dtype=dtype, device=device),
                          torch.zeros(shape, dtype=dtype, device=device)) for _ in self.layers]
@@ -79,12 +96,29 @@ class KVDecoder:
 
     @torch.inference_mode()
     def reorder(self, rows: torch.Tensor) -> None:
-        """Keep only `rows` of the batch (finished rows leave a batched decode)."""
-        self.cross_kv = [(k[rows], v[rows]) for k, v in self.cross_kv]
-        self.self_kv = [(k[rows], v[rows]) for k, v in self.self_kv]
-        self.lengths = self.lengths[:, rows]
-        self.exit_hidden, self.fed_tokens = self.exit_hidden[rows], self.fed_tokens[rows]
-        self.batch_size = len(rows)
+        """Keep only `rows` of the batch, in that order (finished rows leave a batched decode).
+
+        Rows already in their slot stay where they are and the batch is narrowed in place: only the
+        rows that move are copied. Gathering every kept row into new tensors copied the whole cache
+        (base, batch 16: 0.8 GB, mostly cross-attention keys/values: 1.2 s) each time a row
+        finished; the loop hands over orders where a finished row's slot is taken by one from the
+        end (10 ms).
+        """
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        n = len(rows)
+        moved = (rows != torch.arange(n)).nonzero().flatten()
+        sources = rows[moved]
+
+        def narrow(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
+            if len(moved):
+                tensor.index_copy_(dim, moved, tensor.index_select(dim, sources))
+            return tensor.narrow(dim, 0, n)
+
+        self.cross_kv = [(narrow(k), narrow(v)) for k, v in self.cross_kv]
+        self.self_kv = [(narrow(k), narrow(v)) for k, v in self.self_kv]
+        self.lengths = narrow(self.lengths, dim=1)
+        self.exit_hidden, self.fed_tokens = narrow(self.exit_hidden), narrow(self.fed_tokens)
+        self.batch_size = n
 
     # ---------------------------------------------------------------- forward
     @torch.inference_mode()
@@ -134,7 +168,7 @@ class KVDecoder:
         cross = layer.encoder_attn
         q = self._heads(cross.q_proj(x) * self.scaling)
         k, v = self.cross_kv[index]
-        out = F.scaled_dot_product_attention(q, k, v, scale=1.0)
+        out = F.scaled_dot_product_attention(q.to(k.dtype), k, v, scale=1.0).to(hidden.dtype)
         hidden = hidden + cross.out_proj(self._merge(out))
         # feed-forward
         x = layer.final_layer_norm(hidden)
@@ -182,22 +216,28 @@ class KVDecoder:
 
 
 class OutputHead(nn.Module):
-    """The output projection (d_model -> vocab), laid out for the shapes a decoder step has.
+    """The output projection (d_model -> vocab), laid out for the shapes a decoder pass has.
 
-    The head is the largest matrix a Whisper decoder step reads. Measured here (2 threads, base:
-    51865 x 512, fp32), nn.Linear costs 9.9 ms for one token and 16-18 ms for 5-9 tokens; a
-    [d_model, vocab] copy makes one token cost 4.0 ms, and `weight @ hidden.T` (a wide GEMM)
-    makes 2-5 tokens cost 3.8-5.5 ms. Same maths, other summation orders (last-bit differences).
+    The head is the largest matrix a Whisper decoder pass reads, and MKL's kernel choice for it
+    depends on the layout and the number of rows. Measured here (2 threads, base: 51865 x 512,
+    fp32, isolated): `rows @ weight.T` (nn.Linear) 1.9 ms for 1-3 rows but 3.9-6 ms for 4-8;
+    `rows @ [d_model, vocab] copy` 2.0-2.9 ms for 1-6 rows, then 6.8-8.6 ms for 7-16;
+    `weight @ rows.T` (a wide GEMM) 4.4-5.5 ms for 2-16 rows. So a verify pass over up to 6
+    tokens uses the [d_model, vocab] copy (in the decoder, 2 tokens went from 18.1 to 11.4 ms and
+    6 from 22.0 to 16.9), and wider passes (long drafts, batches) the wide GEMM. Same maths,
+    other summation orders: last-bit differences only (counted by `whisperspec bench --flips`).
     """
+
+    NARROW_ROWS = 6  # up to this many rows, the [d_model, vocab] layout is the fast one
 
     def __init__(self, weight: torch.Tensor):
         super().__init__()
         self.weight = weight.detach()  # [vocab, d_model]; shares the model's (tied) tensor
-        self.weight_t = self.weight.T.contiguous()  # [d_model, vocab]: the one-token layout
+        self.weight_t = self.weight.T.contiguous()  # [d_model, vocab]: the narrow-pass layout
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         rows = hidden.reshape(-1, hidden.shape[-1])
-        if rows.shape[0] == 1:
+        if rows.shape[0] <= self.NARROW_ROWS:
             logits = rows @ self.weight_t
         else:
             logits = (self.weight @ rows.T).T
