@@ -111,11 +111,13 @@ def draft_model_drafter(runtime, draft_model: nn.Module, share_encoder: bool,
     `int8`: run its decoder and head with int8 weights."""
     encoder = None if share_encoder else draft_model.model.encoder
     ids = vocab_ids if vocab_ids is not None else reduced_vocab(runtime, vocab_size_kept)
-    if int8:
+    if int8:  # its head already scores just `ids`
         kv = int8_decoder(draft_model.model.decoder, draft_model.proj_out.weight, ids, runtime.max_length)
-        return WhisperDrafter(DecoderDraft(kv, ids, encoder=encoder, head=kv.head), runtime.vocab_size)
-    kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length, cross_dtype=DRAFT_CROSS_DTYPE)
-    return WhisperDrafter(DecoderDraft(kv, ids, encoder=encoder), runtime.vocab_size)
+        head = kv.head
+    else:
+        kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length, cross_dtype=DRAFT_CROSS_DTYPE)
+        head = None  # DecoderDraft slices the full head to `ids`
+    return WhisperDrafter(DecoderDraft(kv, ids, encoder=encoder, head=head), runtime.vocab_size)
 
 
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
