@@ -140,15 +140,20 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     # Revisit this when torchao gets a fast CPU int8 kernel.
     from torch.ao.quantization import quantize_dynamic
 
-    decoder = copy.deepcopy(decoder).float()  # int8 kernels take float32 activations
+    # The copy shares the token embeddings (a lookup table, never quantised: 106 MB for base)
+    # when they are already float32, so .float() leaves them as they are.
+    embeddings = decoder.embed_tokens.weight
+    memo = {id(embeddings): embeddings} if embeddings.dtype == torch.float32 else {}
+    decoder = copy.deepcopy(decoder, memo).float()  # int8 kernels take float32 activations
     weight = head_weight.detach().float()
     weight = weight if vocab_ids is None else weight[vocab_ids]
     head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     head.weight = nn.Parameter(weight, requires_grad=False)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(deprecated|migrat).*")  # the choice is explained above
+        # inplace: `decoder` is already our copy (by default quantize_dynamic deep-copies it again)
         quantized = quantize_dynamic(nn.ModuleDict({"decoder": decoder, "head": head}), {nn.Linear},
-                                     dtype=torch.qint8)
+                                     dtype=torch.qint8, inplace=True)
     return KVDecoder(quantized["decoder"], quantized["head"], max_length=max_length, cross_dtype=DRAFT_CROSS_DTYPE)
 
 
