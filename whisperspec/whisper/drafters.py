@@ -21,13 +21,15 @@ import warnings
 import torch
 from torch import nn
 
+from whisperspec.packed_linear import PackedLinear, packed_copy
 from whisperspec.speculative.drafters.model import ModelDrafter
-from whisperspec.whisper.kv_decoder import KVDecoder, OutputHead
+from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.model import EncodedWindow
 
-# Drafts read the window's cross-attention keys/values in bfloat16: one int8 draft step went from
-# 5.1 to 4.5 ms (the trained one from 2.45 to 2.27) with acceptance about the same.
-DRAFT_CROSS_DTYPE = torch.bfloat16
+# Drafts read the window's cross-attention keys/values in float32, like the main decoder. bfloat16
+# halves the bytes, and an earlier (Intel) machine measured an int8 draft step 5.1 -> 4.5 ms with
+# it; on AMD EPYC torch's bfloat16 attention for one query over 1500 frames took 672 us against
+# 88 us in float32, and the int8 draft step 11.2 ms, 72% of it in that attention.
 
 
 class DecoderDraft:
@@ -75,9 +77,9 @@ class WhisperDrafter(ModelDrafter):
         self.model.start_window(window)
 
 
-def reduced_head(head: nn.Module, vocab_ids: torch.Tensor) -> OutputHead:
+def reduced_head(head: nn.Module, vocab_ids: torch.Tensor) -> PackedLinear:
     """An output projection scoring only `vocab_ids` (rows of the full head)."""
-    return OutputHead(head.weight.detach()[vocab_ids].contiguous())
+    return PackedLinear(head.weight.detach()[vocab_ids].contiguous())
 
 
 def frequent_vocab(vocab_size: int, eot: int, size: int) -> torch.Tensor:
@@ -109,13 +111,13 @@ def draft_model_drafter(runtime, draft_model: nn.Module, share_encoder: bool,
     """A draft Whisper (or decoder-only WhisperForCausalLM) with the main model's vocabulary,
     scoring `vocab_ids` (a trained draft's own) or the `vocab_size_kept` most frequent tokens;
     `int8`: run its decoder and head with int8 weights."""
-    encoder = None if share_encoder else draft_model.model.encoder
+    encoder = None if share_encoder else packed_copy(draft_model.model.encoder)
     ids = vocab_ids if vocab_ids is not None else reduced_vocab(runtime, vocab_size_kept)
     if int8:  # its head already scores just `ids`
         kv = int8_decoder(draft_model.model.decoder, draft_model.proj_out.weight, ids, runtime.max_length)
         head = kv.head
     else:
-        kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length, cross_dtype=DRAFT_CROSS_DTYPE)
+        kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length)
         head = None  # DecoderDraft slices the full head to `ids`
     return WhisperDrafter(DecoderDraft(kv, ids, encoder=encoder, head=head), runtime.vocab_size)
 
@@ -154,7 +156,7 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
         # inplace: `decoder` is already our copy (by default quantize_dynamic deep-copies it again)
         quantized = quantize_dynamic(nn.ModuleDict({"decoder": decoder, "head": head}), {nn.Linear},
                                      dtype=torch.qint8, inplace=True)
-    return KVDecoder(quantized["decoder"], quantized["head"], max_length=max_length, cross_dtype=DRAFT_CROSS_DTYPE)
+    return KVDecoder(quantized["decoder"], quantized["head"], max_length=max_length)
 
 
 def reduced_vocab(runtime, size: int | None) -> torch.Tensor | None:

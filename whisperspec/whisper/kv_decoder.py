@@ -2,8 +2,8 @@
 
 transformers' decoder is exact but slow in the one place speculative decoding lives: a pass over a
 few new tokens (building masks and cache objects costs more than the maths on this CPU). This class
-reads the weights of a transformers `WhisperDecoder` (no copy) and runs them with a preallocated
-cache, so that
+reads the weights of a transformers `WhisperDecoder` (no copy; its linears run on oneDNN-prepacked
+weights, see `whisperspec.packed_linear`) and runs them with a preallocated cache, so that
 
 * one step and a k-token verify pass go through the same few lines of torch,
 * rolling back rejected draft tokens is just moving a length (`rollback`),
@@ -22,10 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from whisperspec.packed_linear import PackedLinear, packed_copy
+
 
 class KVDecoder:
-    def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None,
-                 cross_dtype: torch.dtype | None = None):
+    def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None):
         self.embed_tokens = decoder.embed_tokens.weight
         self.embed_positions = decoder.embed_positions.weight
         self.layers = list(decoder.layers)
@@ -38,14 +39,12 @@ class KVDecoder:
         self.n_layers = len(self.layers)
         self.batch_size = 0
         self.encoder_hidden = None
-        # A draft may keep the cross-attention keys/values (the 1500 encoder positions every step
-        # reads) in bfloat16: half the bytes, and its numbers only steer proposals, never outputs.
-        self.cross_dtype = cross_dtype
 
     @classmethod
     def from_model(cls, model: nn.Module, **kwargs) -> "KVDecoder":
-        """For a transformers WhisperForConditionalGeneration (or a WhisperForCausalLM draft)."""
-        return cls(model.model.decoder, OutputHead(model.proj_out.weight), **kwargs)
+        """For a transformers WhisperForConditionalGeneration (or a WhisperForCausalLM draft); its
+        linears run on oneDNN (`packed_copy`), the model itself is left as it is."""
+        return cls(packed_copy(model.model.decoder), PackedLinear(model.proj_out.weight), **kwargs)
 
     # ------------------------------------------------------------------ state
     @torch.inference_mode()
@@ -60,16 +59,14 @@ class KVDecoder:
         dtype, device = self.embed_tokens.dtype, self.embed_tokens.device
         self.encoder_hidden = encoder_hidden  # what this window's cross K/V come from
         self.batch_size = batch
-        cross_dtype = self.cross_dtype or dtype
         if share_cross_with is not None and share_cross_with.encoder_hidden is encoder_hidden:
             # copies, never views: each decoder narrows its own tensors in place in `reorder`
-            self.cross_kv = [(k.to(cross_dtype, copy=True), v.to(cross_dtype, copy=True))
-                             for k, v in share_cross_with.cross_kv]
+            self.cross_kv = [(k.to(dtype, copy=True), v.to(dtype, copy=True)) for k, v in share_cross_with.cross_kv]
         else:
             encoder_hidden = encoder_hidden.to(dtype)  # a draft may run in another precision than the encoder
             self.cross_kv = [
-                (self._heads(layer.encoder_attn.k_proj(encoder_hidden)).to(cross_dtype),
-                 self._heads(layer.encoder_attn.v_proj(encoder_hidden)).to(cross_dtype))
+                (self._heads(layer.encoder_attn.k_proj(encoder_hidden)),
+                 self._heads(layer.encoder_attn.v_proj(encoder_hidden)))
                 for layer in self.layers
             ]
         shape = (batch, self.n_heads, self.max_length, self.head_dim)
@@ -168,7 +165,7 @@ class KVDecoder:
         cross = layer.encoder_attn
         q = self._heads(cross.q_proj(x) * self.scaling)
         k, v = self.cross_kv[index]
-        out = F.scaled_dot_product_attention(q.to(k.dtype), k, v, scale=1.0).to(hidden.dtype)
+        out = F.scaled_dot_product_attention(q, k, v, scale=1.0)
         hidden = hidden + cross.out_proj(self._merge(out))
         # feed-forward
         x = layer.final_layer_norm(hidden)
@@ -213,32 +210,3 @@ class KVDecoder:
         if ahead < n:  # the lower layers still have to see the tokens the draft never fed
             self._hidden_states(tokens[:, ahead:], exit_layer)
         return exit_layer, self.exit_hidden[:, begin:begin + n].clone()
-
-
-class OutputHead(nn.Module):
-    """The output projection (d_model -> vocab), laid out for the shapes a decoder pass has.
-
-    The head is the largest matrix a Whisper decoder pass reads, and MKL's kernel choice for it
-    depends on the layout and the number of rows. Measured here (2 threads, base: 51865 x 512,
-    fp32, isolated): `rows @ weight.T` (nn.Linear) 1.9 ms for 1-3 rows but 3.9-6 ms for 4-8;
-    `rows @ [d_model, vocab] copy` 2.0-2.9 ms for 1-6 rows, then 6.8-8.6 ms for 7-16;
-    `weight @ rows.T` (a wide GEMM) 4.4-5.5 ms for 2-16 rows. So a verify pass over up to 6
-    tokens uses the [d_model, vocab] copy (in the decoder, 2 tokens went from 18.1 to 11.4 ms and
-    6 from 22.0 to 16.9), and wider passes (long drafts, batches) the wide GEMM. Same maths,
-    other summation orders: last-bit differences only (counted by `whisperspec bench --flips`).
-    """
-
-    NARROW_ROWS = 6  # up to this many rows, the [d_model, vocab] layout is the fast one
-
-    def __init__(self, weight: torch.Tensor):
-        super().__init__()
-        self.weight = weight.detach()  # [vocab, d_model]; shares the model's (tied) tensor
-        self.weight_t = self.weight.T.contiguous()  # [d_model, vocab]: the narrow-pass layout
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        rows = hidden.reshape(-1, hidden.shape[-1])
-        if rows.shape[0] <= self.NARROW_ROWS:
-            logits = rows @ self.weight_t
-        else:
-            logits = (self.weight @ rows.T).T
-        return logits.reshape(*hidden.shape[:-1], -1)

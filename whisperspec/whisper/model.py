@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from whisperspec.packed_linear import packed_copy
 from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.tokens import WhisperTokens
 
@@ -26,6 +27,8 @@ class WhisperRuntime:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.special = WhisperTokens.from_pretrained(tokenizer, generation_config or model.generation_config)
+        # Our inference runs on these (linears on oneDNN); `model` stays stock transformers.
+        self.encoder = packed_copy(model.model.encoder)
         self.decoder = KVDecoder.from_model(model)
         self.n_mels = model.config.num_mel_bins
         self.vocab_size = model.config.vocab_size
@@ -38,7 +41,7 @@ class WhisperRuntime:
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> EncodedWindow:
         mel = mel.to(self.model.dtype)
-        return EncodedWindow(mel, self.model.model.encoder(mel).last_hidden_state)
+        return EncodedWindow(mel, self.encoder(mel).last_hidden_state)
 
     def decode_text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode([t for t in tokens if t < self.special.eot], skip_special_tokens=True)
