@@ -48,7 +48,6 @@ class PackedLinear(nn.Module):
         self.weight = weight.detach()  # shared with the model, not copied
         self.bias = None if bias is None else bias.detach()
         self.packed = _packed(self.weight)
-        self.in_features, self.out_features = self.weight.shape[1], self.weight.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None or x.dtype != torch.float32 or torch.is_grad_enabled():
