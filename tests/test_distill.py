@@ -38,6 +38,9 @@ def test_draft_vocabulary_prefers_what_the_main_model_says():
     example = Example(torch.zeros(1, 4), [50, 7, 900, 900, 900, 120, 40], 1, torch.zeros(6, 4))
     ids = draft_vocabulary([example], vocab_size=60, eot=50, size=4)  # 50 is end-of-text here
     assert ids.tolist() == [0, 1, 7, 40, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59]  # 900/120: not text ids
+    # words of the corpus text come before unseen low ids: the labels alone miss rare words
+    ids = draft_vocabulary([example], vocab_size=60, eot=50, size=4, corpus=[[33, 44, 44], [44]])
+    assert ids[:4].tolist() == [7, 33, 40, 44]
 
 
 @pytest.fixture(scope="module")
@@ -110,9 +113,10 @@ def test_a_draft_refuses_another_main_model(labelled, tmp_path):
 
 @pytest.mark.skipif(not shutil.which("espeak-ng"), reason="needs Debian's espeak-ng")
 def test_synthetic_speech_fits_the_window():
-    from whisperspec.distill.speech import synthesize_window
+    from whisperspec.distill.speech import available_engines, synthesize_window
 
-    rng = random.Random(1)
-    utterance = synthesize_window(["A short sentence to say.", "Another one follows it."], rng, 6.0, use_piper=False)
-    assert 1.0 < len(utterance.audio) / 16000 <= 6.0 and utterance.text
-    assert 0.05 < abs(utterance.audio).max() <= 1.0
+    for engine in available_engines():  # espeak-ng at least; flite and Piper where installed
+        rng = random.Random(1)
+        utterance = synthesize_window(["A short sentence to say.", "Another one follows it."], rng, 6.0, engine)
+        assert 1.0 < len(utterance.audio) / 16000 <= 6.0 and utterance.text, utterance.voice
+        assert 0.05 < abs(utterance.audio).max() <= 1.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -101,6 +103,20 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
         for lookahead in ("1", "4", "heuristic", "confidence"):
             rows = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode_batch(window, options)
             assert [r.tokens for r in rows] == singles, (name, lookahead)
+
+
+def test_a_window_decodes_the_same_after_another_in_the_reused_cache():
+    """Caches are reused from window to window (fresh ones cost page faults): stale entries of the
+    previous window must never be seen."""
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
+    fresh = tiny_runtime(3)
+    window = fresh.encode(random_mel(7))
+    expected = WindowDecoder(fresh, build_drafter("int8", fresh, 3), make_lookahead("4")).decode(window, options)
+    reused = tiny_runtime(3)
+    decoder = WindowDecoder(reused, build_drafter("int8", reused, 3), make_lookahead("4"))
+    decoder.decode(reused.encode(random_mel(8)), replace(options, timestamps=True))
+    again = decoder.decode(window, options)
+    assert again.tokens == expected.tokens and again.avg_logprob == expected.avg_logprob
 
 
 def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():

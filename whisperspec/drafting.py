@@ -7,7 +7,7 @@
     auto              the fastest drafter measured (see README: Benchmarks): the shipped trained
                       draft where one exists for the model, else int8
     trained           the draft `whisperspec distill` trained for this model, shipped in
-                      whisperspec/assets (base: 2 layers, 12288-token head), run with int8 weights
+                      whisperspec/assets (base: 2 layers, 24576-token head), run with int8 weights
     FILE.safetensors  a draft trained by `whisperspec distill` for this main model
     MODEL[:V]         a draft checkpoint (name, dir or hub id); shares the main encoder when its
                       encoder is the same (distil-whisper); with another vocabulary (tiny.en for

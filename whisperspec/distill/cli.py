@@ -1,10 +1,11 @@
 """`whisperspec distill`: train a draft decoder for a main model, offline, on synthetic speech.
 
-    whisperspec distill --model base --windows 1280 --vocab 12288 --out whisperspec/assets/base-draft.safetensors
+    whisperspec distill --model base --windows 1280 --out my-draft.safetensors  [--init DRAFT --seed 2]
 
-1. sentences from Debian's `fortunes` (or --corpus FILE), spoken by espeak-ng and Piper voices;
+1. sentences from Debian's `fortunes` (or --corpus FILE), spoken by espeak-ng, Flite and Piper voices;
 2. labelled by the main model (greedy tokens, decoder hidden states), cached shard by shard;
-3. a draft of --layers copies of main decoder layers trained to imitate it, best held-out epoch kept;
+3. a draft of --layers copies of main decoder layers (or --init: a trained draft's layers) trained to
+   imitate it, best held-out epoch kept;
 4. saved as a small file of its own weights (`whisperspec.models.drafts`): `--draft FILE`, or
    `--draft trained` for the one shipped in whisperspec/assets for the main model.
 Held-out windows are spoken from sentences kept out of training. Targets come from the main model,
@@ -31,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=1280, help="synthetic 30-s windows to train on")
     parser.add_argument("--val-windows", type=int, default=64)
     parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
-    parser.add_argument("--vocab", type=int, default=12288, help="text tokens the draft scores (the main model's most frequent)")
+    parser.add_argument("--init", type=Path, default=None,
+                        help="start from this trained draft's layers instead (continue training on new windows)")
+    parser.add_argument("--seed", type=int, default=0, help="of the training windows (a new seed: new windows)")
+    parser.add_argument("--vocab", type=int, default=24576,
+                        help="text tokens the draft scores (the most frequent in the labels and the corpus)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-4)
@@ -49,7 +54,7 @@ def distill(args) -> dict:
     from whisperspec.distill.labels import build_dataset, load_examples
     from whisperspec.distill.train import DraftTrainer, TrainConfig, draft_vocabulary, train
     from whisperspec.models import load_whisper
-    from whisperspec.models.drafts import save_draft
+    from whisperspec.models.drafts import load_draft, save_draft
     from whisperspec.whisper.drafters import draft_from_main
     from whisperspec.whisper.model import WhisperRuntime
 
@@ -59,17 +64,23 @@ def distill(args) -> dict:
     data = args.data_dir or cache_dir() / "distill" / Path(args.model).name
     started = time.perf_counter()
     val_paths = build_dataset(runtime, sentences[-held:], data / "val", args.val_windows, seed=1)
-    train_paths = build_dataset(runtime, sentences[:-held], data / "train", args.windows, seed=0)
+    train_folder = data / ("train" if args.seed == 0 else f"train-seed{args.seed}")
+    train_paths = build_dataset(runtime, sentences[:-held], train_folder, args.windows, seed=args.seed)
     label_seconds = time.perf_counter() - started
     train_set, val_set = load_examples(train_paths), load_examples(val_paths)
 
     main_model = runtime.model
-    draft = draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
-    vocab_ids = draft_vocabulary(train_set, runtime.vocab_size, runtime.special.eot, args.vocab)
+    if args.init:
+        draft, _ = load_draft(args.init, main_model)
+    else:
+        draft = draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
+    corpus = [runtime.tokenizer.encode(" " + s, add_special_tokens=False) for s in sentences[:-held]]
+    vocab_ids = draft_vocabulary(train_set, runtime.vocab_size, runtime.special.eot, args.vocab, corpus)
     trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight, dropout=args.dropout)
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
     best = train(trainer, train_set, val_set, config)
-    report = {"model": args.model, "layers": args.layers, "vocab_size_kept": args.vocab, "dropout": args.dropout,
+    report = {"model": args.model, "layers": args.layers, "init": args.init and Path(args.init).name,
+              "seed": args.seed, "vocab_size_kept": args.vocab, "dropout": args.dropout,
               "train_windows": len(train_set), "val_windows": len(val_set),
               "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
               "label_seconds": round(label_seconds), **{k: round(v, 4) for k, v in best.items()},

