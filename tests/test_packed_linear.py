@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from whisperspec.packed_linear import PackedLinear, packed_copy
+from whisperspec.packed_linear import PackedLinear, packed_copy, packed_view
 from tests.tiny_models import random_mel, tiny_whisper
 
 
@@ -43,3 +43,15 @@ def test_packed_copy_shares_the_weights_and_leaves_the_model_stock():
     mel = random_mel(0, dtype=torch.float32)
     with torch.inference_mode():
         torch.testing.assert_close(fast(mel).last_hidden_state, encoder(mel).last_hidden_state, rtol=1e-4, atol=1e-4)
+
+
+def test_packed_view_is_made_once_and_a_packed_module_can_be_copied_again():
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    view = packed_view(model)
+    assert packed_view(model) is view and packed_view(view) is view  # once per model; a view is final
+    assert all(type(m) is not nn.Linear for m in view.modules())
+    again = packed_copy(view)  # its packed weights are shared, not deep-copied (they cannot be)
+    assert all(a.packed is b.packed for a, b in zip(view.modules(), again.modules()) if isinstance(a, PackedLinear))
+    x = torch.randn(3, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(again(x), model(x), rtol=1e-5, atol=1e-5)

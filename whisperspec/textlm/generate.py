@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from whisperspec.packed_linear import packed_view
 from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.drafters.ngram import NgramDrafter
@@ -79,7 +80,10 @@ def generate_batch(model, tokenizer, prompts: list[str | list[int]], *, draft=No
 
 def _target_and_drafter(model, tokenizer, draft, sequences: list[list[int]]):
     """The target holding every sequence but its last token (the loop's starting point), and the
-    drafter. An early-exit draft of one sequence writes into the target's own cache (LayerSkip)."""
+    drafter. An early-exit draft of one sequence writes into the target's own cache (LayerSkip).
+
+    Both run `packed_view`s of the models (linears on oneDNN; the models themselves stay stock)."""
+    model = packed_view(model)
     exit_layer = _early_exit_layer(draft, model)
     if exit_layer and len(sequences) == 1:
         target = LayerSkipLM(model, exit_layer)
@@ -122,6 +126,7 @@ def make_text_drafter(draft, target_model, target_tokenizer=None):
     """`target_tokenizer` lets a draft named by string with another vocabulary draft across
     tokenizers (its own tokenizer is loaded with it)."""
     tokenizers = None
+    target_model = packed_view(target_model)
     if isinstance(draft, OtherTokenizerDraft):
         draft, tokenizers = draft.model, (draft.target_tokenizer, draft.tokenizer)
     if draft in (None, "none"):
@@ -138,6 +143,7 @@ def make_text_drafter(draft, target_model, target_tokenizer=None):
         draft, draft_tokenizer = load_causal_lm(draft)
         if draft.config.vocab_size != target_model.config.vocab_size and target_tokenizer is not None:
             tokenizers = (target_tokenizer, draft_tokenizer)
+    draft = packed_view(draft)
     if tokenizers is not None:  # drafts in its own tokens, translated through text (as transformers' UAG)
         return CrossTokenizerDrafter.for_tokenizers(
             ModelDrafter(CausalLM(draft), draft.config.vocab_size), *tokenizers,
