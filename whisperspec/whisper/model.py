@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from whisperspec.blocked_attention import use_blocked_attention
 from whisperspec.packed_linear import packed_copy
 from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.tokens import WhisperTokens
@@ -27,8 +28,9 @@ class WhisperRuntime:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.special = WhisperTokens.from_pretrained(tokenizer, generation_config or model.generation_config)
-        # Our inference runs on these (linears on oneDNN); `model` stays stock transformers.
-        self.encoder = packed_copy(model.model.encoder)
+        # Our inference runs on these (linears and the encoder's attention on oneDNN); `model`
+        # stays stock transformers (packed_copy deep-copies the config the attention choice is in).
+        self.encoder = use_blocked_attention(packed_copy(model.model.encoder))
         self.decoder = KVDecoder.from_model(model)
         self.n_mels = model.config.num_mel_bins
         self.vocab_size = model.config.vocab_size
