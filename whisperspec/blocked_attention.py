@@ -18,13 +18,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from whisperspec.packed_linear import onednn_linear
+
 NAME = "whisperspec_blocked"
 BLOCK = 500  # queries per block; 250–750 measured the same
-
-
-def _matmul_t(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x @ w.T on oneDNN (x [m, k], w [n, k], both contiguous in their last dimension)."""
-    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
 
 
 def blocked_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
@@ -36,17 +33,17 @@ def blocked_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     for b in range(batch):
         for h in range(heads):
             for start in range(0, n, BLOCK):
-                scores = _matmul_t(query[b, h, start:start + BLOCK].contiguous(), key[b, h])
+                scores = onednn_linear(query[b, h, start:start + BLOCK].contiguous(), key[b, h])
                 if scaling != 1.0:
                     scores *= scaling
-                out[b, h, start:start + BLOCK] = _matmul_t(torch.softmax(scores, dim=-1), value_t[b, h])
+                out[b, h, start:start + BLOCK] = onednn_linear(torch.softmax(scores, dim=-1), value_t[b, h])
     return out
 
 
 def _available() -> bool:
     try:
         x = torch.ones(2, 4)
-        return torch.allclose(_matmul_t(x, x), x @ x.T)
+        return torch.allclose(onednn_linear(x, x), x @ x.T)
     except (AttributeError, RuntimeError):
         return False
 

@@ -18,8 +18,8 @@ bits only. `whisperspec bench --flips` counts what that does to near-tie argmaxe
 
 `packed_copy(module)` gives the inference code its own fast view of a model without touching the
 model itself (`packed_view`: the same, once per model; the text-LM module's models get it too:
-SmolLM2-135M greedy, 48 tokens, 2.28 -> 1.26 s): transformers' `generate()`, compared side by side in `whisperspec evaluate`, keeps
-running stock `nn.Linear`s, and an int8 copy can still find them. The price is memory: oneDNN's
+SmolLM2-135M greedy, 48 tokens, 2.28 -> 1.26 s): transformers' `generate()`, compared side by side
+in `whisperspec evaluate`, keeps running stock `nn.Linear`s, and an int8 copy can still find them. The price is memory: oneDNN's
 copy of every linear weight (base: ~290 MB more; large-v2: ~6 GB more).
 """
 
@@ -54,7 +54,12 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None or x.dtype != torch.float32 or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return onednn_linear(x, self.packed, self.bias)
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T + bias on oneDNN; `weight` prepacked (`_packed`) or a plain [out, in] tensor."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 def _packed(weight: torch.Tensor) -> torch.Tensor | None:
@@ -72,7 +77,8 @@ def packed_copy(module: nn.Module) -> nn.Module:
     shared = {id(t): t for t in [*module.parameters(), *module.buffers()]}
     # a module that already holds PackedLinears shares their packed weights too (opaque tensors
     # that deepcopy cannot copy anyway)
-    shared.update({id(m.packed): m.packed for m in module.modules() if getattr(m, "packed", None) is not None})
+    shared.update({id(m.packed): m.packed for m in module.modules()
+                   if isinstance(m, PackedLinear) and m.packed is not None})
     clone = copy.deepcopy(module, shared)
     for parent in clone.modules():
         for name, child in parent.named_children():
