@@ -133,6 +133,23 @@ def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
     assert not torch.equal(draft.cross_kv[0][0], main.cross_kv[0][0].to(draft.cross_kv[0][0].dtype))
 
 
+def test_a_distilled_draft_reuses_the_keys_and_values_of_the_main_layers_it_copied():
+    runtime = tiny_runtime(0)
+    last = runtime.decoder.n_layers - 1
+    draft = drafters.draft_from_main(runtime.model, [0, last])
+    assert drafters.shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) == [0, last]
+    drafter = drafters.draft_model_drafter(runtime, draft, share_encoder=True)
+    window = runtime.encode(random_mel(0))
+    WindowDecoder(runtime, drafter, make_lookahead("2")).decode(window, DecodeOptions(language="en", max_new_tokens=8))
+    shared = drafter.model.decoder.cross_kv
+    assert torch.equal(shared[1][0], runtime.decoder.cross_kv[last][0])
+    assert torch.equal(shared[1][1], runtime.decoder.cross_kv[last][1])
+
+    with torch.no_grad():  # a draft that trained its cross-attention keys projects its own
+        draft.model.decoder.layers[1].encoder_attn.k_proj.weight.mul_(1.5)
+    assert drafters.shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) is None
+
+
 @pytest.mark.parametrize("finished", [[0], [1, 3], [4], [0, 1, 2, 3]])
 def test_dropping_finished_rows_keeps_the_others_caches(finished):
     """The loop lets a survivor from the end take a finished row's slot; the cache moves only it."""

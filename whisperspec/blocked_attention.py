@@ -6,38 +6,15 @@ Each encoder layer of Whisper attends 1500 frames to 1500 frames. torch's fused 
 maths as two oneDNN products per head and per block of 500 queries (a block's scores, 3 MB, stay
 in cache) took 18–20 ms. Results differ from the fused kernel in the last bits only (4e-8 at most
 on unit-scale inputs).
-
-`use_blocked_attention(encoder)` switches a module tree's transformers attention to it by setting
-its config's attention implementation (our own copy of the encoder: the stock model keeps sdpa).
-Anything the blocked path does not cover (masks, dropout, float64, a torch without the op) goes
-to transformers' sdpa function unchanged.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from whisperspec.packed_linear import onednn_linear
 
-NAME = "whisperspec_blocked"
 BLOCK = 500  # queries per block; 250–750 measured the same
-
-
-def blocked_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
-    """softmax(q k^T * scaling) v for [batch, heads, n, head_dim] inputs, no mask."""
-    batch, heads, n, _ = query.shape
-    key = key.contiguous()
-    value_t = value.transpose(-1, -2).contiguous()  # [b, h, head_dim, n_kv]: the second product's weight
-    out = torch.empty_like(query)
-    for b in range(batch):
-        for h in range(heads):
-            for start in range(0, n, BLOCK):
-                scores = onednn_linear(query[b, h, start:start + BLOCK].contiguous(), key[b, h])
-                if scaling != 1.0:
-                    scores *= scaling
-                out[b, h, start:start + BLOCK] = onednn_linear(torch.softmax(scores, dim=-1), value_t[b, h])
-    return out
 
 
 def _available() -> bool:
@@ -51,24 +28,21 @@ def _available() -> bool:
 AVAILABLE = torch.backends.mkldnn.is_available() and _available()
 
 
-def _attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None, **kwargs):
-    """transformers' attention-function signature; returns ([batch, n, heads, head_dim], None) like sdpa."""
-    if (attention_mask is not None or dropout or not AVAILABLE or query.dtype != torch.float32
-            or query.device.type != "cpu" or kwargs.get("output_attentions") or torch.is_grad_enabled()):
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def blocked_self_attention(qkv: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """softmax(q k^T) v per head, no mask, for `qkv` [n, 3 * d] = one fused projection's output
+    (queries already scaled); returns [n, d] with the heads side by side, ready for out_proj.
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    return blocked_attention(query, key, value, scaling).transpose(1, 2).contiguous(), None
-
-
-def use_blocked_attention(module: nn.Module) -> nn.Module:
-    """Make `module` (a copy of ours, e.g. `packed_copy(model.model.encoder)`) attend with
-    `blocked_attention`. Its config must not be shared with a model that should stay stock."""
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(NAME, _attention)
-    module.config._attn_implementation = NAME
-    return module
+    Reading the heads straight out of the fused projection spares transposing q, k and v to
+    [heads, n, head_dim] and the output back."""
+    n, d = qkv.shape[0], qkv.shape[1] // 3
+    head_dim = d // n_heads
+    out = torch.empty(n, d, dtype=qkv.dtype)
+    for h in range(n_heads):
+        q_cols, k_cols, v_cols = (slice(part * d + h * head_dim, part * d + (h + 1) * head_dim) for part in range(3))
+        key = qkv[:, k_cols].contiguous()  # the first product's weight: [n_kv, head_dim]
+        value_t = qkv[:, v_cols].t().contiguous()  # the second's: [head_dim, n_kv]
+        for start in range(0, n, BLOCK):
+            rows = slice(start, start + BLOCK)
+            scores = onednn_linear(qkv[rows, q_cols].contiguous(), key)
+            out[rows, q_cols] = onednn_linear(torch.softmax(scores, dim=-1), value_t)
+    return out

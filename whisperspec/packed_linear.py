@@ -49,7 +49,7 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.weight = weight.detach()  # shared with the model, not copied
         self.bias = None if bias is None else bias.detach()
-        self.packed = _packed(self.weight)
+        self.packed = packed_weight(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None or x.dtype != torch.float32 or torch.is_grad_enabled():
@@ -58,11 +58,12 @@ class PackedLinear(nn.Module):
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias on oneDNN; `weight` prepacked (`_packed`) or a plain [out, in] tensor."""
+    """x @ weight.T + bias on oneDNN; `weight` prepacked (`packed_weight`) or a plain [out, in] tensor."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-def _packed(weight: torch.Tensor) -> torch.Tensor | None:
+def packed_weight(weight: torch.Tensor) -> torch.Tensor | None:
+    """`weight` [out, in] in oneDNN's blocked layout (a new tensor), or None where that is not possible."""
     if weight.dtype != torch.float32 or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return None
     try:

@@ -21,8 +21,9 @@ import warnings
 import torch
 from torch import nn
 
-from whisperspec.packed_linear import PackedLinear, packed_copy
+from whisperspec.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.model import EncodedWindow
 
@@ -36,12 +37,13 @@ class DecoderDraft:
     """A KVDecoder answering the DraftModel calls."""
 
     def __init__(self, decoder: KVDecoder, vocab_ids: torch.Tensor | None = None, exit_layer: int | None = None,
-                 encoder: nn.Module | None = None, owns_cache: bool = True, head: nn.Module | None = None,
-                 cross_source: KVDecoder | None = None):
+                 encoder: Encoder | None = None, owns_cache: bool = True, head: nn.Module | None = None,
+                 cross_source: KVDecoder | None = None, cross_layers: list[int] | None = None):
         self.decoder, self.exit_layer, self.encoder = decoder, exit_layer, encoder
-        # A decoder with the same cross-attention projections (the main one, for an int8 copy):
-        # when it has started on this window's encoder output, its keys/values are reused.
-        self.cross_source = cross_source
+        # A decoder with the same cross-attention projections (the main one, for an int8 copy or a
+        # distilled draft, whose layer i copied them from main layer cross_layers[i]): when it has
+        # started on this window's encoder output, its keys/values are reused, not projected again.
+        self.cross_source, self.cross_layers = cross_source, cross_layers
         self.owns_cache = owns_cache  # False for early exit: the main decoder starts the shared cache
         self.vocab_ids = vocab_ids  # the columns `head` scores (None: the whole vocabulary)
         if head is None and vocab_ids is not None:
@@ -51,8 +53,8 @@ class DecoderDraft:
     @torch.inference_mode()
     def start_window(self, window: EncodedWindow) -> None:
         if self.owns_cache:
-            hidden = window.hidden if self.encoder is None else self.encoder(window.mel).last_hidden_state
-            self.decoder.start(hidden, share_cross_with=self.cross_source)
+            hidden = window.hidden if self.encoder is None else self.encoder(window.mel)
+            self.decoder.start(hidden, share_cross_with=self.cross_source, cross_layers=self.cross_layers)
 
     def held_tokens(self, row: int) -> list[int]:
         top = (self.exit_layer or self.decoder.n_layers) - 1
@@ -111,15 +113,35 @@ def draft_model_drafter(runtime, draft_model: nn.Module, share_encoder: bool,
     """A draft Whisper (or decoder-only WhisperForCausalLM) with the main model's vocabulary,
     scoring `vocab_ids` (a trained draft's own) or the `vocab_size_kept` most frequent tokens;
     `int8`: run its decoder and head with int8 weights."""
-    encoder = None if share_encoder else packed_copy(draft_model.model.encoder)
+    encoder = None if share_encoder else Encoder(draft_model.model.encoder)
     ids = vocab_ids if vocab_ids is not None else reduced_vocab(runtime, vocab_size_kept)
+    # a draft over the main encoder output whose cross-attention projections are main layers'
+    # (distill freezes them) reuses the main decoder's keys/values: 9 ms less per window on base
+    cross_layers = shared_cross_layers(draft_model.model.decoder, runtime.model.model.decoder) if share_encoder else None
     if int8:  # its head already scores just `ids`
         kv = int8_decoder(draft_model.model.decoder, draft_model.proj_out.weight, ids, runtime.max_length)
         head = kv.head
     else:
         kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length)
         head = None  # DecoderDraft slices the full head to `ids`
-    return WhisperDrafter(DecoderDraft(kv, ids, encoder=encoder, head=head), runtime.vocab_size)
+    draft = DecoderDraft(kv, ids, encoder=encoder, head=head, cross_source=runtime.decoder if cross_layers else None,
+                         cross_layers=cross_layers)
+    return WhisperDrafter(draft, runtime.vocab_size)
+
+
+def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
+    """For each draft decoder layer, the main decoder layer with exactly the same cross-attention
+    key/value projections, or None unless every draft layer has one."""
+    def projections(layer):
+        attn = layer.encoder_attn
+        return [attn.k_proj.weight, attn.v_proj.weight, attn.v_proj.bias]
+
+    def same(a, b):
+        return all(x is y or (x is not None and y is not None and x.dtype == y.dtype and x.shape == y.shape
+                              and torch.equal(x, y)) for x, y in zip(projections(a), projections(b)))
+
+    sources = [next((j for j, m in enumerate(main.layers) if same(layer, m)), None) for layer in draft.layers]
+    return None if None in sources else sources
 
 
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,

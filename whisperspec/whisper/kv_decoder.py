@@ -49,12 +49,14 @@ class KVDecoder:
 
     # ------------------------------------------------------------------ state
     @torch.inference_mode()
-    def start(self, encoder_hidden: torch.Tensor, share_cross_with: "KVDecoder | None" = None) -> None:
+    def start(self, encoder_hidden: torch.Tensor, share_cross_with: "KVDecoder | None" = None,
+              cross_layers: list[int] | None = None) -> None:
         """New window(s): project the encoder output to cross-attention K/V once, empty the cache.
 
         `share_cross_with`: a decoder with the same cross-attention projections (an int8 copy's
-        source) already started on this same encoder output; its keys/values are reused (in this
-        decoder's cross dtype) instead of being projected again.
+        source, or the main decoder of a draft whose layers copied them) already started on this
+        same encoder output; its keys/values are reused (in this decoder's dtype) instead of being
+        projected again, layer i taking those of its layer `cross_layers[i]` (default: i).
         """
         batch, _, _ = encoder_hidden.shape
         dtype, device = self.embed_tokens.dtype, self.embed_tokens.device
@@ -62,7 +64,8 @@ class KVDecoder:
         self.batch_size = batch
         if share_cross_with is not None and share_cross_with.encoder_hidden is encoder_hidden:
             # copies, never views: each decoder narrows its own tensors in place in `reorder`
-            self.cross_kv = [(k.to(dtype, copy=True), v.to(dtype, copy=True)) for k, v in share_cross_with.cross_kv]
+            sources = [share_cross_with.cross_kv[i] for i in (cross_layers or range(self.n_layers))]
+            self.cross_kv = [(k.to(dtype, copy=True), v.to(dtype, copy=True)) for k, v in sources]
         else:
             encoder_hidden = encoder_hidden.to(dtype)  # a draft may run in another precision than the encoder
             self.cross_kv = [

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from whisperspec.blocked_attention import use_blocked_attention
-from whisperspec.packed_linear import packed_copy
+from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.tokens import WhisperTokens
 
@@ -28,9 +27,9 @@ class WhisperRuntime:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.special = WhisperTokens.from_pretrained(tokenizer, generation_config or model.generation_config)
-        # Our inference runs on these (linears and the encoder's attention on oneDNN); `model`
-        # stays stock transformers (packed_copy deep-copies the config the attention choice is in).
-        self.encoder = use_blocked_attention(packed_copy(model.model.encoder))
+        # Our inference runs on these (oneDNN products on prepacked weights, read from `model`,
+        # which stays stock transformers for side-by-side comparisons).
+        self.encoder = Encoder(model.model.encoder)
         self.decoder = KVDecoder.from_model(model)
         self.n_mels = model.config.num_mel_bins
         self.vocab_size = model.config.vocab_size
@@ -43,7 +42,7 @@ class WhisperRuntime:
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> EncodedWindow:
         mel = mel.to(self.model.dtype)
-        return EncodedWindow(mel, self.encoder(mel).last_hidden_state)
+        return EncodedWindow(mel, self.encoder(mel))
 
     def decode_text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode([t for t in tokens if t < self.special.eot], skip_special_tokens=True)

@@ -1,0 +1,49 @@
+"""Our encoder (fused oneDNN products, blocked attention): the stock encoder's numbers, faster."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.tiny_models import random_mel, tiny_runtime
+from whisperspec.blocked_attention import AVAILABLE, BLOCK, blocked_self_attention
+
+needs_onednn = pytest.mark.skipif(not AVAILABLE, reason="needs torch's oneDNN linear op")
+
+
+@needs_onednn
+@pytest.mark.parametrize("n", [1, BLOCK - 1, 2 * BLOCK + 37])
+def test_blocked_attention_equals_the_fused_kernel(n):
+    heads, head_dim = 3, 16
+    qkv = torch.randn(n, 3 * heads * head_dim, generator=torch.Generator().manual_seed(n))
+    q, k, v = (part.view(n, heads, head_dim).transpose(0, 1) for part in qkv.chunk(3, dim=-1))
+    with torch.inference_mode():
+        expected = F.scaled_dot_product_attention(q, k, v, scale=1.0).transpose(0, 1).reshape(n, -1)
+        torch.testing.assert_close(blocked_self_attention(qkv, heads), expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_our_encoder_computes_what_the_stock_encoder_does():
+    runtime = tiny_runtime(0, dtype=torch.float32)
+    assert runtime.encoder.layers is not None  # the fused path runs
+    mel = random_mel(0, batch=2, dtype=torch.float32)
+    with torch.inference_mode():
+        ours = runtime.encode(mel).hidden
+        torch.testing.assert_close(ours, runtime.model.model.encoder(mel).last_hidden_state, rtol=1e-4, atol=1e-4)
+        assert torch.equal(ours[1:], runtime.encode(mel[1:]).hidden)  # a batch row is encoded as if alone
+
+
+def test_float64_models_run_the_stock_encoder_exactly():
+    runtime = tiny_runtime(0)  # float64: the exact property tests' models
+    assert runtime.encoder.layers is None
+    mel = random_mel(1)
+    with torch.inference_mode():
+        assert torch.equal(runtime.encode(mel).hidden, runtime.model.model.encoder(mel).last_hidden_state)
+
+
+@needs_onednn
+def test_a_mel_that_is_not_30_s_long_is_refused():
+    runtime = tiny_runtime(0, dtype=torch.float32)
+    with pytest.raises(ValueError, match="3000 mel frames"):
+        runtime.encode(random_mel(0, dtype=torch.float32)[:, :, :2000])
