@@ -15,9 +15,9 @@ from whisperspec.audio import (
 DATA = Path(__file__).resolve().parent.parent / "data"
 ASTERISK_G722 = Path("/usr/share/asterisk/sounds/en_US_f_Allison/queue-youarenext.g722")
 
-# Measured max abs difference vs transformers: 1.2e-7 (one float32 ulp near 1.0) for 80 and 128 bins, on speech
-# and noise. Both sides run the same torch.stft; the only difference is how the Slaney mel filters are computed
-# (librosa vs transformers' mel_filter_bank) before rounding to float32.
+# Both sides run the same torch.stft with transformers' Slaney filter bank in float32: a window of at most
+# 30 s comes out bit for bit the same. Other windows of a long file differ where they see other audio
+# (frames at the edges) and in the float32 rounding of the dynamic-range floor over the whole file.
 HF_TOLERANCE = 1e-5
 
 
@@ -85,8 +85,7 @@ def test_features_match_transformers(request, n_mels, signal):
     # ...and the classic one: pad the samples to 30 s first.
     padded = log_mel_spectrogram(pad_or_trim(audio), n_mels)
     assert sliced.shape == padded.shape == expected.shape == (n_mels, N_FRAMES)
-    assert (sliced - expected).abs().max().item() < HF_TOLERANCE
-    assert (padded - expected).abs().max().item() < HF_TOLERANCE
+    assert torch.equal(sliced, expected) and torch.equal(padded, expected)
 
 
 @pytest.fixture(scope="module")
