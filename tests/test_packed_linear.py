@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from whisperspec.packed_linear import PackedLinear, packed_copy, packed_view
+from whisperspec.packed_linear import PackedLinear, onednn_linear, packed_copy, packed_view, packed_weight
 from tests.tiny_models import random_mel, tiny_whisper
 
 
@@ -20,6 +20,20 @@ def test_packed_linear_computes_a_linear_layer_at_every_shape_a_decoder_pass_has
         for shape in [(1, 1), (1, 2), (1, 5), (1, 9), (3, 1), (3, 4), (16, 3), (1, 1500)]:
             hidden = torch.randn(*shape, 64, generator=generator)
             torch.testing.assert_close(packed(hidden), linear(hidden), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+def test_gelu_and_residual_fused_into_the_product_equal_them_applied_after():
+    generator = torch.Generator().manual_seed(1)
+    weight, bias = torch.randn(96, 64, generator=generator) * 0.1, torch.randn(96, generator=generator)
+    x, residual = torch.randn(1500, 64, generator=generator), torch.randn(1500, 96, generator=generator)
+    packed = packed_weight(weight)
+    with torch.inference_mode():
+        plain = onednn_linear(x, packed, bias)
+        # bit for bit on this project's machines; oneDNN's own erf could differ in the last bit elsewhere
+        exact = {"rtol": 1e-6, "atol": 1e-6}
+        torch.testing.assert_close(onednn_linear(x, packed, bias, gelu=True), torch.nn.functional.gelu(plain), **exact)
+        torch.testing.assert_close(onednn_linear(x, packed, bias, add=residual), plain + residual, **exact)
 
 
 def test_packed_linear_runs_plain_maths_where_oneDNN_does_not_apply():

@@ -57,8 +57,15 @@ class PackedLinear(nn.Module):
         return onednn_linear(x, self.packed, self.bias)
 
 
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias on oneDNN; `weight` prepacked (`packed_weight`) or a plain [out, in] tensor."""
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, gelu: bool = False,
+                  add: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T + bias on oneDNN; `weight` prepacked (`packed_weight`) or a plain [out, in] tensor.
+
+    `gelu` (exact, erf) or `+ add` (a residual) is applied inside the product, not as one more pass."""
+    if add is not None:
+        return torch.ops.mkldnn._linear_pointwise.binary(x, add, weight, bias, "add")
+    if gelu:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "gelu", [], "none")  # "none": erf, not tanh
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from whisperspec.blocked_attention import AVAILABLE, blocked_self_attention
-from whisperspec.packed_linear import packed_copy, packed_weight
+from whisperspec.packed_linear import onednn_linear, packed_copy, packed_weight
 
 
 class Encoder:
@@ -67,7 +67,7 @@ class _FusedLayer:
         self.qkv = _Product(torch.cat([attn.q_proj.weight * scale, attn.k_proj.weight, attn.v_proj.weight]),
                             torch.cat([attn.q_proj.bias * scale, k_bias, attn.v_proj.bias]))
         self.out_proj = _Product(attn.out_proj.weight, attn.out_proj.bias)
-        self.fc1 = _Product(layer.fc1.weight, layer.fc1.bias, post="gelu")
+        self.fc1 = _Product(layer.fc1.weight, layer.fc1.bias, gelu=True)
         self.fc2 = _Product(layer.fc2.weight, layer.fc2.bias)
         self.attn_norm, self.ffn_norm = layer.self_attn_layer_norm, layer.final_layer_norm
 
@@ -80,11 +80,8 @@ class _FusedLayer:
 class _Product:
     """x @ weight.T + bias on oneDNN's packed weight, with GELU or a residual `add` fused in."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, post: str = "none"):
-        self.weight, self.bias, self.post = packed_weight(weight.detach()), bias.detach(), post
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False):
+        self.weight, self.bias, self.gelu = packed_weight(weight.detach()), bias.detach(), gelu
 
     def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        if add is not None:
-            return torch.ops.mkldnn._linear_pointwise.binary(x, add, self.weight, self.bias, "add")
-        algorithm = "none" if self.post == "gelu" else ""  # "none": exact (erf) GELU, as Whisper's
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, self.post, [], algorithm)
+        return onednn_linear(x, self.weight, self.bias, gelu=self.gelu, add=add)
