@@ -102,6 +102,20 @@ def test_training_raises_agreement_and_the_draft_is_lossless(labelled, tmp_path)
         assert fast.stats.accepted > 0
 
 
+def test_a_draft_file_says_how_its_cross_attention_pools_frames(labelled, tmp_path):
+    runtime, examples, _ = labelled
+    draft = draft_from_main(runtime.model, [0])
+    trainer = DraftTrainer(draft.model.decoder, torch.arange(10), runtime.model.proj_out.weight, cross_pool=3)
+    frames = examples[0].encoder_hidden.shape[0]
+    assert trainer.cross_kv(examples[0].encoder_hidden)[0][0].shape[2] == -(-frames // 3)
+    path = save_draft(tmp_path / "d.safetensors", runtime.model, draft.model.decoder, torch.arange(10), {},
+                      cross_pool=3)
+    loaded, _ = load_draft(path, runtime.model)
+    assert loaded.config.cross_attention_pool == 3
+    assert load_draft(save_draft(tmp_path / "e.safetensors", runtime.model, draft.model.decoder, torch.arange(10),
+                                 {}), runtime.model)[0].config.cross_attention_pool == 1
+
+
 def test_a_draft_refuses_another_main_model(labelled, tmp_path):
     runtime, _, _ = labelled
     draft = draft_from_main(runtime.model, [0])

@@ -150,6 +150,32 @@ def test_a_distilled_draft_reuses_the_keys_and_values_of_the_main_layers_it_copi
     assert drafters.shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) is None
 
 
+def test_pooled_frames_are_the_projection_of_averaged_encoder_frames():
+    from whisperspec.whisper.kv_decoder import pool_frames
+
+    hidden = torch.randn(2, 7, 16, dtype=torch.float64)  # 7 frames: groups of 3, 3 and a last one of 1
+    proj = torch.nn.Linear(16, 16, dtype=torch.float64)
+    heads = lambda x: x.view(2, -1, 4, 4).transpose(1, 2)  # noqa: E731
+    averaged = torch.stack([hidden[:, 0:3].mean(1), hidden[:, 3:6].mean(1), hidden[:, 6]], dim=1)
+    with torch.no_grad():
+        assert torch.allclose(pool_frames(heads(proj(hidden)), 3), heads(proj(averaged)))
+    assert pool_frames(hidden, 1) is hidden
+
+
+def test_a_draft_with_pooled_cross_attention_reads_fewer_frames_and_changes_nothing():
+    runtime = tiny_runtime(1)
+    draft = drafters.draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
+    draft.config.cross_attention_pool = 4  # as a draft file trained with --cross-pool 4 says
+    drafter = drafters.draft_model_drafter(runtime, draft, share_encoder=True)
+    window = runtime.encode(random_mel(1))
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=48)
+    reference = WindowDecoder(runtime).decode(window, options)
+    fast = WindowDecoder(runtime, drafter, make_lookahead("3")).decode(window, options)
+    assert fast.tokens == reference.tokens and fast.stats.draft_passes > 0
+    frames = runtime.decoder.cross_kv[0][0].shape[2]
+    assert drafter.model.decoder.cross_kv[0][0].shape[2] == -(-frames // 4)
+
+
 @pytest.mark.parametrize("finished", [[0], [1, 3], [4], [0, 1, 2, 3]])
 def test_dropping_finished_rows_keeps_the_others_caches(finished):
     """The loop lets a survivor from the end take a finished row's slot; the cache moves only it."""

@@ -2,7 +2,9 @@
 
 1. verify cost: one decoder pass over n = 1..9 new tokens (the price of checking a draft);
 2. decode phase, per drafter: the same encoded windows decoded by plain greedy and by each drafter,
-   interleaved, repeated, medians; tokens compared with plain greedy (lossless check);
+   interleaved, repeated, medians; tokens compared with plain greedy (lossless check); then where
+   the time went (draft pass, verify pass, per-window fixed costs) and the speed-up those measured
+   costs would allow with every drafted token accepted, or with drafting free;
 3. batched: B windows decoded together, plain vs speculative;
 4. argmax flips (`--flips`): the plain greedy tokens of each window re-scored by passes over k
    tokens at a time, as the verifier scores them, against one-token steps (near-tie numerics).
@@ -126,6 +128,32 @@ def print_decode_phase(runtime, windows, options, drafters: dict, lookaheads: di
         same = sum(tokens[name, i] == tokens["none", i] for i in range(len(windows)))
         print(f"| {name.partition('@')[0]} | {lookaheads[name] or '-'} | {total:.2f} | {n_tokens / total:.1f} | "
               f"{sum(plain.values()) / total:.2f}x | {accepted:.1%} | {per_pass:.2f} | {same}/{len(windows)} |")
+    print()
+    print_time_split(drafters, lookaheads, times, stats, n_tokens, sum(plain.values()))
+
+
+def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict, n_tokens: int, plain: float) -> None:
+    """Where each drafter's decode time went, and the speed-ups its measured costs allow: with every
+    drafted token accepted (the same draft and verify costs per pass), and with drafting free (the
+    same passes). They bound what a better-trained or a cheaper draft of this kind could reach."""
+    print("## Time split (per-pass costs measured in the loop) and what they allow\n")
+    print("| drafter | lookahead | draft ms/pass | verify ms/pass | fixed ms/window | "
+          "if all accepted | if drafting were free |")
+    print("|---|---|---|---|---|---|---|")
+    for name in drafters:
+        s = stats[name]
+        repeats = len(s) / max(1, len({i for i, _ in times[name]}))
+        total = sum(seconds for _, seconds in times[name]) / repeats
+        draft, verify = sum(x.draft_seconds for x in s) / repeats, sum(x.verify_seconds for x in s) / repeats
+        rounds, passes = sum(x.rounds for x in s) / repeats, sum(x.draft_passes for x in s) / repeats
+        fixed = total - draft - verify  # per window: cross-attention keys/values, prefix, text checks
+        step, check = draft / max(passes, 1), verify / max(rounds, 1)
+        k = sum(x.proposed for x in s) / max(1, sum(x.rounds for x in s))  # tokens drafted per round
+        ideal = fixed + n_tokens / (k + 1) * (check + k * step)
+        free = fixed + verify
+        step_ms = f"{step * 1e3:.2f}" if passes else "-"
+        print(f"| {name.partition('@')[0]} | {lookaheads[name] or '-'} | {step_ms} | {check * 1e3:.2f} | "
+              f"{fixed * 1e3 / (len(times[name]) / repeats):.1f} | {plain / ideal:.2f}x | {plain / free:.2f}x |")
     print()
 
 

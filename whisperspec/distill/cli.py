@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--cross-pool", type=int, default=None,
+                        help="average the encoder frames the draft's cross-attention reads in groups of this many "
+                             "(a cheaper draft step; default: as --init's draft, else 1)")
     parser.add_argument("--dropout", type=float, default=0.1, help="on the draft layers' residual branches while training")
     parser.add_argument("--corpus", type=Path, default=None, help="text file (default: Debian fortunes)")
     parser.add_argument("--data-dir", type=Path, default=None, help="labelled shards (default: in the cache)")
@@ -74,18 +77,20 @@ def distill(args) -> dict:
         draft, _ = load_draft(args.init, main_model)
     else:
         draft = draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
+    pool = args.cross_pool or getattr(draft.config, "cross_attention_pool", 1)
     corpus = [runtime.tokenizer.encode(" " + s, add_special_tokens=False) for s in sentences[:-held]]
     vocab_ids = draft_vocabulary(train_set, runtime.vocab_size, runtime.special.eot, args.vocab, corpus)
-    trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight, dropout=args.dropout)
+    trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight, dropout=args.dropout,
+                           cross_pool=pool)
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
     best = train(trainer, train_set, val_set, config)
     report = {"model": args.model, "layers": args.layers, "init": args.init and Path(args.init).name,
-              "seed": args.seed, "vocab_size_kept": args.vocab, "dropout": args.dropout,
+              "seed": args.seed, "vocab_size_kept": args.vocab, "cross_pool": pool, "dropout": args.dropout,
               "train_windows": len(train_set), "val_windows": len(val_set),
               "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
               "label_seconds": round(label_seconds), **{k: round(v, 4) for k, v in best.items()},
               "threads": torch.get_num_threads()}
-    save_draft(args.out, main_model, draft.model.decoder, vocab_ids, report)
+    save_draft(args.out, main_model, draft.model.decoder, vocab_ids, report, cross_pool=pool)
     report["out"] = str(args.out)
     return report
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from whisperspec.distill.labels import Example
+from whisperspec.whisper.kv_decoder import pool_frames
 
 
 @dataclass
@@ -38,8 +39,8 @@ class TrainConfig:
 
 class DraftTrainer:
     def __init__(self, draft_decoder: nn.Module, vocab_ids: torch.Tensor, head_weight: torch.Tensor,
-                 dropout: float = 0.0):
-        self.decoder, self.dropout = draft_decoder, dropout
+                 dropout: float = 0.0, cross_pool: int = 1):
+        self.decoder, self.dropout, self.cross_pool = draft_decoder, dropout, cross_pool
         self.vocab_ids = vocab_ids
         self.head = head_weight[vocab_ids].detach().float()  # [V_draft, d]: frozen slice of the main head
         self.column = torch.full((head_weight.shape[0],), -1, dtype=torch.long)  # full id -> draft column
@@ -56,9 +57,11 @@ class DraftTrainer:
 
     @torch.no_grad()
     def cross_kv(self, encoder_hidden: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Frozen cross-attention keys/values of each draft layer for one window ([frames, d] -> heads)."""
+        """Frozen cross-attention keys/values of each draft layer for one window ([frames, d] -> heads),
+        pooled over frames as the draft will read them (`KVDecoder.start`)."""
         x = encoder_hidden.float()[None]
-        return [(self._heads(layer.encoder_attn.k_proj(x)).half(), self._heads(layer.encoder_attn.v_proj(x)).half())
+        return [tuple(pool_frames(self._heads(proj(x)), self.cross_pool).half()
+                      for proj in (layer.encoder_attn.k_proj, layer.encoder_attn.v_proj))
                 for layer in self.decoder.layers]
 
     def forward(self, tokens: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:

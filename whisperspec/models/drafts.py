@@ -3,8 +3,8 @@
 A distilled draft (`whisperspec distill`) reuses the main model's encoder, token and position
 embeddings and (a slice of) its output head, so its file holds just its decoder layers and final
 layer norm, in float16 (base: 2 layers, ~17 MB), the ids of the tokens its head scores, and
-metadata saying which main model it belongs to (a fingerprint of the main embeddings) and how many
-layers it has.
+metadata saying which main model it belongs to (a fingerprint of the main embeddings), how many
+layers it has and how many encoder frames its cross-attention averages into one.
 `shipped_draft(main)` finds the draft shipped for a main model, if there is one.
 """
 
@@ -37,13 +37,14 @@ def fingerprint(model: torch.nn.Module) -> str:
 
 
 def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module, vocab_ids: torch.Tensor,
-               info: dict) -> Path:
+               info: dict, cross_pool: int = 1) -> Path:
     """Write the draft's own weights (float16) and the ids of the tokens its head scores."""
     tensors = {name: value.detach().half().contiguous() for name, value in draft_decoder.state_dict().items()
                if not name.startswith(SHARED)}
     tensors[VOCAB_IDS] = vocab_ids.to(torch.int32).contiguous()
     metadata = {"main_fingerprint": fingerprint(main), "decoder_layers": str(len(draft_decoder.layers)),
-                "vocab_size_kept": str(len(vocab_ids)), "info": json.dumps(info)}
+                "vocab_size_kept": str(len(vocab_ids)), "cross_attention_pool": str(cross_pool),
+                "info": json.dumps(info)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata=metadata)
@@ -66,6 +67,7 @@ def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torc
     if meta["main_fingerprint"] != fingerprint(main):
         raise ValueError(f"{path} was trained for another main model (fingerprint {meta['main_fingerprint']})")
     draft = draft_from_main(main, [0] * int(meta["decoder_layers"]))
+    draft.config.cross_attention_pool = int(meta.get("cross_attention_pool", 1))  # read by the drafter
     weights = load_file(str(path))
     vocab_ids = weights.pop(VOCAB_IDS).long()
     missing, unexpected = draft.model.decoder.load_state_dict(

@@ -118,15 +118,22 @@ def draft_model_drafter(runtime, draft_model: nn.Module, share_encoder: bool,
     # a draft over the main encoder output whose cross-attention projections are main layers'
     # (distill freezes them) reuses the main decoder's keys/values: 9 ms less per window on base
     cross_layers = shared_cross_layers(draft_model.model.decoder, runtime.model.model.decoder) if share_encoder else None
+    pool = cross_attention_pool(draft_model)
     if int8:  # its head already scores just `ids`
-        kv = int8_decoder(draft_model.model.decoder, draft_model.proj_out.weight, ids, runtime.max_length)
+        kv = int8_decoder(draft_model.model.decoder, draft_model.proj_out.weight, ids, runtime.max_length, pool)
         head = kv.head
     else:
-        kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length)
+        kv = KVDecoder.from_model(draft_model, max_length=runtime.max_length, cross_pool=pool)
         head = None  # DecoderDraft slices the full head to `ids`
     draft = DecoderDraft(kv, ids, encoder=encoder, head=head, cross_source=runtime.decoder if cross_layers else None,
                          cross_layers=cross_layers)
     return WhisperDrafter(draft, runtime.vocab_size)
+
+
+def cross_attention_pool(draft_model: nn.Module) -> int:
+    """How many encoder frames a draft's cross-attention averages into one (1: none); a distilled
+    draft's file says so (`whisperspec distill --cross-pool`)."""
+    return int(getattr(draft_model.config, "cross_attention_pool", 1))
 
 
 def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
@@ -145,7 +152,7 @@ def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
 
 
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
-                 max_length: int) -> KVDecoder:
+                 max_length: int, cross_pool: int = 1) -> KVDecoder:
     """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder.
 
     Every linear is dynamically quantised (int8 weights, activations quantised per call). Measured
@@ -178,7 +185,7 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
         # inplace: `decoder` is already our copy (by default quantize_dynamic deep-copies it again)
         quantized = quantize_dynamic(nn.ModuleDict({"decoder": decoder, "head": head}), {nn.Linear},
                                      dtype=torch.qint8, inplace=True)
-    return KVDecoder(quantized["decoder"], quantized["head"], max_length=max_length)
+    return KVDecoder(quantized["decoder"], quantized["head"], max_length=max_length, cross_pool=cross_pool)
 
 
 def reduced_vocab(runtime, size: int | None) -> torch.Tensor | None:

@@ -26,7 +26,7 @@ from whisperspec.packed_linear import PackedLinear, packed_copy
 
 
 class KVDecoder:
-    def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None):
+    def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None, cross_pool: int = 1):
         self.embed_tokens = decoder.embed_tokens.weight
         self.embed_positions = decoder.embed_positions.weight
         self.layers = list(decoder.layers)
@@ -37,6 +37,9 @@ class KVDecoder:
         self.n_heads, self.head_dim = attn.num_heads, attn.head_dim
         self.scaling = attn.scaling
         self.n_layers = len(self.layers)
+        # >1: cross-attention reads the encoder frames averaged in groups of this many (a draft
+        # trained so: its step reads that much less), see `pool_frames`
+        self.cross_pool = cross_pool
         self.batch_size = 0
         self.encoder_hidden = None
         self.self_kv, self.exit_hidden = [], None  # allocated by `start`, reused while the shape fits
@@ -65,12 +68,15 @@ class KVDecoder:
         if share_cross_with is not None and share_cross_with.encoder_hidden is encoder_hidden:
             # copies, never views: each decoder narrows its own tensors in place in `reorder`
             sources = [share_cross_with.cross_kv[i] for i in (cross_layers or range(self.n_layers))]
-            self.cross_kv = [(k.to(dtype, copy=True), v.to(dtype, copy=True)) for k, v in sources]
+            if share_cross_with.cross_pool != 1:
+                raise ValueError("cannot share pooled cross-attention keys/values")
+            self.cross_kv = [(pool_frames(k, self.cross_pool).to(dtype, copy=True),
+                              pool_frames(v, self.cross_pool).to(dtype, copy=True)) for k, v in sources]
         else:
             encoder_hidden = encoder_hidden.to(dtype)  # a draft may run in another precision than the encoder
             self.cross_kv = [
-                (self._heads(layer.encoder_attn.k_proj(encoder_hidden)),
-                 self._heads(layer.encoder_attn.v_proj(encoder_hidden)))
+                (pool_frames(self._heads(layer.encoder_attn.k_proj(encoder_hidden)), self.cross_pool),
+                 pool_frames(self._heads(layer.encoder_attn.v_proj(encoder_hidden)), self.cross_pool))
                 for layer in self.layers
             ]
         shape = (batch, self.n_heads, self.max_length, self.head_dim)
@@ -220,3 +226,19 @@ class KVDecoder:
         if ahead < n:  # the lower layers still have to see the tokens the draft never fed
             self._hidden_states(tokens[:, ahead:], exit_layer)
         return exit_layer, self.exit_hidden[:, begin:begin + n].clone()
+
+
+def pool_frames(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Cross-attention keys or values [batch, heads, frames, dim] averaged over groups of `size`
+    consecutive frames (a last, shorter group is averaged alone). Keys and values are linear in the
+    encoder output, so this equals projecting the averaged frames. A draft decoder trained on pooled
+    frames (`whisperspec distill --cross-pool`) attends over 1500 / size of them: the memory its
+    cross-attention reads every step, the largest part of a distilled draft's step, shrinks alike."""
+    if size == 1:
+        return x
+    frames = x.shape[2]
+    whole = frames - frames % size
+    pooled = x[:, :, :whole].unflatten(2, (whole // size, size)).mean(3)
+    if whole < frames:
+        pooled = torch.cat([pooled, x[:, :, whole:].mean(2, keepdim=True)], dim=2)
+    return pooled
