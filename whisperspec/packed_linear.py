@@ -19,8 +19,9 @@ bits only. `whisperspec bench --flips` counts what that does to near-tie argmaxe
 `packed_copy(module)` gives the inference code its own fast view of a model without touching the
 model itself (`packed_view`: the same, once per model; the text-LM module's models get it too:
 SmolLM2-135M greedy, 48 tokens, 2.28 -> 1.26 s): transformers' `generate()`, compared side by side
-in `whisperspec evaluate`, keeps running stock `nn.Linear`s, and an int8 copy can still find them. The price is memory: oneDNN's
-copy of every linear weight (base: ~290 MB more; large-v2: ~6 GB more).
+in `whisperspec evaluate`, keeps running stock `nn.Linear`s, and an int8 copy can still find them.
+The price is memory: oneDNN's copy of every linear weight (base: ~290 MB more; large-v2: ~6 GB
+more).
 """
 
 from __future__ import annotations
