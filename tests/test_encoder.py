@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from tests.tiny_models import random_mel, tiny_runtime
 from whisperspec.blocked_attention import AVAILABLE, BLOCK, blocked_self_attention
+from whisperspec.int8_linear import Int8Linear
 
 needs_onednn = pytest.mark.skipif(not AVAILABLE, reason="needs torch's oneDNN linear op")
 
@@ -47,3 +48,44 @@ def test_a_mel_that_is_not_30_s_long_is_refused():
     runtime = tiny_runtime(0, dtype=torch.float32)
     with pytest.raises(ValueError, match="3000 mel frames"):
         runtime.encode(random_mel(0, dtype=torch.float32)[:, :, :2000])
+
+
+def _relative_error(ours: torch.Tensor, exact: torch.Tensor) -> float:
+    return float((ours - exact).norm() / exact.norm())
+
+
+def test_int8_products_are_close_and_quantise_each_window_alone():
+    generator = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(96, 64, generator=generator), torch.randn(96, generator=generator)
+    x = torch.randn(2, 300, 64, generator=generator)
+    x[1] *= 50  # a loud window: quantised with the other, it would flatten the quiet one
+    linear = Int8Linear(weight, bias)
+    with torch.inference_mode():
+        both = linear(x)
+        assert _relative_error(both, x @ weight.T + bias) < 0.02
+        assert torch.equal(both[0], linear(x[0])) and torch.equal(both[1], linear(x[1:])[0])
+
+
+@needs_onednn
+def test_int8_encoder_is_close_to_float32_and_encodes_each_window_alone():
+    exact = tiny_runtime(0, dtype=torch.float32)
+    int8 = tiny_runtime(0, dtype=torch.float32, compute_type="int8")
+    mel = random_mel(0, batch=2, dtype=torch.float32)
+    with torch.inference_mode():
+        window, reference = int8.encode(mel), exact.encode(mel)
+        assert 0 < _relative_error(window.hidden, reference.hidden) < 0.05
+        assert torch.equal(window.hidden[1:], int8.encode(mel[1:]).hidden)
+        # the window's cross-attention keys/values: int8 products as well, each window alone
+        int8.decoder.start(window.hidden)
+        batch_keys = int8.decoder.cross_kv[0][0]
+        int8.decoder.start(window.hidden[1:])
+        assert torch.equal(batch_keys[1:], int8.decoder.cross_kv[0][0])
+        exact.decoder.start(window.hidden)
+        assert 0 < _relative_error(batch_keys, exact.decoder.cross_kv[0][0]) < 0.02
+
+
+def test_int8_needs_the_float32_fused_encoder():
+    with pytest.raises(ValueError, match="int8"):
+        tiny_runtime(0, compute_type="int8")  # float64
+    with pytest.raises(ValueError, match="compute type"):
+        tiny_runtime(0, dtype=torch.float32, compute_type="int4")

@@ -22,7 +22,7 @@ def build_drafter(name: str, runtime, seed: int):
         draft = drafters.draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
         return drafters.draft_model_drafter(runtime, draft, share_encoder=True)
     if name == "separate":  # a different, smaller Whisper with its own encoder
-        draft = tiny_whisper(seed + 100, d_model=32, decoder_layers=2, heads=2)
+        draft = tiny_whisper(seed + 100, d_model=32, decoder_layers=2, heads=2, dtype=runtime.model.dtype)
         return drafters.draft_model_drafter(runtime, draft, share_encoder=False, vocab_size_kept=3000)
     return make_drafter(name, runtime)
 
@@ -101,6 +101,22 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
     for name in ("none", "ngram", "early-exit:2", "int8", "distil"):
         drafter = None if name == "none" else build_drafter(name, runtime, 5)
         for lookahead in ("1", "4", "heuristic", "confidence"):
+            rows = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode_batch(window, options)
+            assert [r.tokens for r in rows] == singles, (name, lookahead)
+
+
+def test_compute_type_int8_keeps_every_drafter_exact_and_rows_independent():
+    """An int8 encoder changes the main model's output a little; drafting must still change nothing,
+    and a window must decode the same in any batch (each window is quantised alone)."""
+    runtime = tiny_runtime(4, dtype=torch.float32, compute_type="int8")
+    mel = random_mel(4, batch=2, dtype=torch.float32)
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
+    singles = [WindowDecoder(runtime).decode(runtime.encode(mel[i:i + 1]), options).tokens for i in range(2)]
+    assert min(map(len, singles)) > 5
+    window = runtime.encode(mel)
+    for name in DRAFTERS:
+        drafter = build_drafter(name, runtime, 4)
+        for lookahead in ("1", "4", "cost"):
             rows = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode_batch(window, options)
             assert [r.tokens for r in rows] == singles, (name, lookahead)
 

@@ -76,6 +76,19 @@ def test_speculative_output_is_identical_on_real_speech(base, draft):
     print(draft, fast.stats["speculation"])
 
 
+def test_compute_type_int8_transcribes_and_drafting_keeps_its_tokens():
+    plain = Transcriber("base", compute_type="int8", language="en")
+    assert plain.runtime.encoder.layers[0].fc1.packed is not None  # int8 products run
+    result = plain.transcribe(ROOT / "data" / "sample.flac")
+    assert score([(ROOT / "data" / "sample.txt").read_text()], [result.text], "en").wer == 0, result.text
+    speculative = Transcriber("base", compute_type="int8", language="en", draft="auto", lookahead=4)
+    for clip in SHORT_CLIPS:
+        expected = plain.transcribe(CLIPS / f"{clip}.flac")
+        fast = speculative.transcribe(CLIPS / f"{clip}.flac")
+        assert [s.tokens for s in fast.segments] == [s.tokens for s in expected.segments], clip
+    assert fast.stats["speculation"]["acceptance_rate"] >= MIN_ACCEPTANCE["trained"]
+
+
 def test_auto_draft_is_the_shipped_trained_one_where_it_exists(base):
     from tiny_models import tiny_runtime
     from whisperspec.drafting import make_drafter

@@ -50,6 +50,8 @@ def _add_transcribe(commands) -> None:
     p = commands.add_parser("transcribe", help="transcribe audio files")
     p.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3, ...)")
     p.add_argument("--model", default="base", help="base, tiny.en, a faster-whisper/transformers dir or hub id")
+    p.add_argument("--compute-type", choices=("float32", "int8"), default="float32",
+                   help="int8: int8 encoder, like faster-whisper's int8 (speculation stays exact for either)")
     p.add_argument("--language", default=None, help="language code (default: detect)")
     p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
     p.add_argument("--timestamps", action="store_true", help="decode timestamps (segments with times)")
@@ -77,8 +79,8 @@ def _run_transcribe(args) -> int:
               file=sys.stderr)
         return 2
     try:
-        transcriber = Transcriber(args.model, draft=args.draft, lookahead=args.lookahead, language=args.language,
-                                  task=args.task, timestamps=args.timestamps, temperature=args.temperature,
+        transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
+                                  lookahead=args.lookahead, language=args.language, task=args.task, timestamps=args.timestamps, temperature=args.temperature,
                                   initial_prompt=args.initial_prompt, progress=not args.quiet)
     except (OSError, ValueError) as error:
         print(f"whisperspec: cannot load model {args.model!r}: {error}", file=sys.stderr)

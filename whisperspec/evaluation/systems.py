@@ -4,6 +4,7 @@ Spec strings (for `--systems`):
     whisperspec[:DRAFT[:LOOKAHEAD]]          e.g. whisperspec, whisperspec:int8:6, whisperspec:ngram:cost,
                                              whisperspec:early-exit:5:4 (a last field that reads as a
                                              lookahead is one: whisperspec:early-exit:4 drafts with k=4)
+    whisperspec-int8[:DRAFT[:LOOKAHEAD]]     the same with compute type int8 (an int8 encoder)
     transformers[:assistant=MODEL | :prompt-lookup=N]
     faster-whisper:int8 | faster-whisper:float32
 """
@@ -31,11 +32,12 @@ class Output:
 
 
 class WhisperspecSystem:
-    def __init__(self, name: str, model: str, draft: str | None, lookahead: str | None):
+    def __init__(self, name: str, model: str, draft: str | None, lookahead: str | None,
+                 compute_type: str = "float32"):
         from whisperspec.transcribe import Transcriber
 
         self.name, self.draft, self.lookahead = name, draft, lookahead
-        self.transcriber = Transcriber(model, draft=draft, lookahead=lookahead)
+        self.transcriber = Transcriber(model, compute_type=compute_type, draft=draft, lookahead=lookahead)
 
     def transcribe(self, utterance: Utterance) -> Output:
         start = time.perf_counter()
@@ -110,11 +112,12 @@ class FasterWhisperSystem:
 
 def build_system(spec: str, model: str):
     kind, _, rest = spec.partition(":")
-    if kind == "whisperspec":
+    if kind in ("whisperspec", "whisperspec-int8"):
         draft, _, last = rest.rpartition(":")
         if not (draft and _is_lookahead(last)):  # the last field is the lookahead only if it reads as one
             draft, last = rest, ""
-        return WhisperspecSystem(spec, model, draft or None, last or None)
+        compute_type = "int8" if kind.endswith("int8") else "float32"
+        return WhisperspecSystem(spec, model, draft or None, last or None, compute_type)
     if kind == "transformers":
         option, _, value = rest.partition("=")
         if option == "assistant":
@@ -124,7 +127,7 @@ def build_system(spec: str, model: str):
         return TransformersSystem(spec, model)
     if kind == "faster-whisper":
         return FasterWhisperSystem(spec, model, rest or "int8")
-    raise ValueError(f"unknown system {spec!r}: whisperspec[:DRAFT[:LOOKAHEAD]], transformers[:...], "
+    raise ValueError(f"unknown system {spec!r}: whisperspec[-int8][:DRAFT[:LOOKAHEAD]], transformers[:...], "
                      "faster-whisper:int8|float32")
 
 

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from whisperspec.int8_linear import Int8Linear
 from whisperspec.packed_linear import PackedLinear, packed_copy
 
 
@@ -45,10 +46,17 @@ class KVDecoder:
         self.self_kv, self.exit_hidden = [], None  # allocated by `start`, reused while the shape fits
 
     @classmethod
-    def from_model(cls, model: nn.Module, **kwargs) -> "KVDecoder":
+    def from_model(cls, model: nn.Module, int8_cross: bool = False, **kwargs) -> "KVDecoder":
         """For a transformers WhisperForConditionalGeneration (or a WhisperForCausalLM draft); its
-        linears run on oneDNN (`packed_copy`), the model itself is left as it is."""
-        return cls(packed_copy(model.model.decoder), PackedLinear(model.proj_out.weight), **kwargs)
+        linears run on oneDNN (`packed_copy`), the model itself is left as it is. `int8_cross`:
+        project each window's cross-attention keys/values with int8 products (compute type int8)."""
+        decoder = packed_copy(model.model.decoder)
+        if int8_cross:
+            for layer in decoder.layers:
+                attn = layer.encoder_attn
+                attn.k_proj = Int8Linear(attn.k_proj.weight, attn.k_proj.bias)
+                attn.v_proj = Int8Linear(attn.v_proj.weight, attn.v_proj.bias)
+        return cls(decoder, PackedLinear(model.proj_out.weight), **kwargs)
 
     # ------------------------------------------------------------------ state
     @torch.inference_mode()

@@ -22,22 +22,33 @@ class EncodedWindow:
     hidden: torch.Tensor  # [batch, 1500, d_model]
 
 
+COMPUTE_TYPES = ("float32", "int8")
+
+
 class WhisperRuntime:
-    def __init__(self, model, tokenizer, generation_config=None):
+    """compute_type "int8" (faster-whisper's name): the encoder and the per-window cross-attention
+    projections run int8 products (`whisperspec.int8_linear`); the decoder's per-token work stays
+    float32, so speculative decoding still gives exactly this runtime's own greedy tokens."""
+
+    def __init__(self, model, tokenizer, generation_config=None, compute_type: str = "float32"):
+        if compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"compute type {compute_type!r}: one of {', '.join(COMPUTE_TYPES)}")
+        self.compute_type = compute_type
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.special = WhisperTokens.from_pretrained(tokenizer, generation_config or model.generation_config)
         # Our inference runs on these (oneDNN products on prepacked weights, read from `model`,
         # which stays stock transformers for side-by-side comparisons).
-        self.encoder = Encoder(model.model.encoder)
-        self.decoder = KVDecoder.from_model(model)
+        int8 = compute_type == "int8"
+        self.encoder = Encoder(model.model.encoder, int8=int8)
+        self.decoder = KVDecoder.from_model(model, int8_cross=int8)
         self.n_mels = model.config.num_mel_bins
         self.vocab_size = model.config.vocab_size
         self.max_length = model.config.max_target_positions
 
     @classmethod
-    def from_bundle(cls, bundle) -> "WhisperRuntime":
-        return cls(bundle.model, bundle.tokenizer, bundle.generation_config)
+    def from_bundle(cls, bundle, compute_type: str = "float32") -> "WhisperRuntime":
+        return cls(bundle.model, bundle.tokenizer, bundle.generation_config, compute_type)
 
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> EncodedWindow:
