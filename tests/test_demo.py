@@ -57,3 +57,7 @@ def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
     assert str(tmp_path) not in str(error.value)  # the page never shows server paths
     with pytest.raises(ValueError, match="upload or record"):
         transcribe_request(pool, None, "tiny.en", "none", "4", "", "", False)
+    text, *_ = transcribe_request(pool, str(CLIP), "tiny.en", "ngram", "4", "", "", True, "int8")
+    assert "phone system" in text.lower()
+    with pytest.raises(ValueError, match="compute type"):
+        transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, "fp8")

@@ -70,8 +70,9 @@ def test_twenty_concurrent_requests_all_get_answers(server):
     def one_request(index: int):
         client = client_module.Client(server, verbose=False)
         draft = ["int8", "none", "ngram", "early-exit"][index % 4]
+        compute_type = ["float32", "int8"][index // 4 % 2]
         return client.predict(client_module.handle_file(str(CLIP)), "tiny.en", draft, "4", "", "transcribe",
-                              False, api_name="/run")
+                              False, compute_type, api_name="/run")
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         results = list(pool.map(one_request, range(20), timeout=300))

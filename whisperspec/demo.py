@@ -15,6 +15,7 @@ from whisperspec.audio import AudioError
 from whisperspec.models import EMBEDDED_MODELS
 from whisperspec.output import write_outputs
 from whisperspec.transcribe import Transcriber
+from whisperspec.whisper.model import COMPUTE_TYPES
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample.flac"
 DRAFTS = ["none", "auto", "int8", "trained", "early-exit", "ngram"]
@@ -32,17 +33,18 @@ CSS = """
 
 
 class TranscriberPool:
-    """Models load once and are shared by every request (one per model/drafter/lookahead)."""
+    """Models load once and are shared by every request (one per model/drafter/lookahead/compute type)."""
 
     def __init__(self):
         self._transcribers: dict[tuple, Transcriber] = {}
         self._lock = threading.Lock()
 
-    def get(self, model: str, draft: str, lookahead: str) -> Transcriber:
-        key = (model, draft, lookahead)
+    def get(self, model: str, draft: str, lookahead: str, compute_type: str = "float32") -> Transcriber:
+        key = (model, draft, lookahead, compute_type)
         with self._lock:
             if key not in self._transcribers:
-                self._transcribers[key] = Transcriber(model, draft=draft, lookahead=lookahead)
+                self._transcribers[key] = Transcriber(model, compute_type=compute_type, draft=draft,
+                                                      lookahead=lookahead)
             return self._transcribers[key]
 
 
@@ -87,7 +89,7 @@ def stats_markdown(result, plain=None) -> str:
 
 
 def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahead, language, task, compare,
-                       progress=None):
+                       compute_type="float32", progress=None):
     """One request: returns (text, segments, token view, stats, files). Raises ValueError with a
     message for the page when the input cannot be used."""
     if not audio_path:
@@ -96,15 +98,18 @@ def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahea
     if upload.stat().st_size > MAX_UPLOAD_BYTES:
         raise ValueError(f"{upload.name}: larger than {MAX_UPLOAD_BYTES >> 20} MB")
     model = resolve_model(model)
+    if compute_type not in COMPUTE_TYPES:
+        raise ValueError(f"compute type {compute_type!r}: one of {', '.join(COMPUTE_TYPES)}")
     options = {"language": language or None, "task": task or "transcribe"}
     if progress:
         progress(0.1, desc="loading model")
-    transcriber = pool.get(model, draft, lookahead)
+    transcriber = pool.get(model, draft, lookahead, compute_type)
     if progress:
         progress(0.3, desc="transcribing")
     try:
         result = transcriber.transcribe(upload, **options)
-        plain = pool.get(model, "none", lookahead).transcribe(upload, **options) if compare and draft != "none" else None
+        plain = (pool.get(model, "none", lookahead, compute_type).transcribe(upload, **options)
+                 if compare and draft != "none" else None)
     except AudioError as error:
         raise ValueError(str(error).replace(str(upload), upload.name)) from error  # no server paths shown
     out_dir = Path(tempfile.mkdtemp(prefix="request-", dir=_results_root()))
@@ -130,9 +135,10 @@ def build_demo(default_model: str = "base"):
 
     pool = TranscriberPool()
 
-    def run(audio_path, model, draft, lookahead, language, task, compare, progress=gr.Progress()):
+    def run(audio_path, model, draft, lookahead, language, task, compare, compute_type, progress=gr.Progress()):
         try:
-            return transcribe_request(pool, audio_path, model, draft, lookahead, language, task, compare, progress)
+            return transcribe_request(pool, audio_path, model, draft, lookahead, language, task, compare,
+                                      compute_type, progress)
         except ValueError as error:
             raise gr.Error(str(error)) from error
 
@@ -148,6 +154,8 @@ def build_demo(default_model: str = "base"):
                                    info="base, tiny.en, or a local model folder (no other paths are read)")
                 draft = gr.Dropdown(DRAFTS, value="auto", label="Drafter")
                 lookahead = gr.Dropdown(LOOKAHEADS, value="6", label="Lookahead")
+                compute_type = gr.Radio(list(COMPUTE_TYPES), value="float32", label="Compute type",
+                                        info="int8: a faster, slightly different encoder (drafting stays exact)")
                 with gr.Row():
                     language = gr.Textbox("", label="Language", placeholder="detect")
                     task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
@@ -159,10 +167,10 @@ def build_demo(default_model: str = "base"):
                 stats = gr.Markdown(elem_id="stats")
                 segments = gr.Dataframe(headers=["start", "end", "text"], label="Segments")
                 files = gr.File(label="Download (txt, srt, vtt, json)", file_count="multiple")
-        inputs = [audio, model, draft, lookahead, language, task, compare]
+        inputs = [audio, model, draft, lookahead, language, task, compare, compute_type]
         button.click(run, inputs, [text, segments, tokens, stats, files])
         if SAMPLE.is_file():
-            gr.Examples([[str(SAMPLE), default_model, "auto", "6", "", "transcribe", True]], inputs,
+            gr.Examples([[str(SAMPLE), default_model, "auto", "6", "", "transcribe", True, "float32"]], inputs,
                         label="Bundled sample (Asterisk prompt, CC BY-SA 3.0)")
     # one request at a time: a decode already uses both cores of this machine
     return demo.queue(default_concurrency_limit=1, max_size=64)
