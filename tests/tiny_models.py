@@ -39,7 +39,8 @@ def tiny_whisper(seed: int, vocabulary: str = "tiny.en", dtype=torch.float64, **
     return model
 
 
-def tiny_runtime(seed: int, vocabulary: str = "tiny.en", compute_type: str = "float32", **config) -> WhisperRuntime:
+def tiny_runtime(seed: int, vocabulary: str = "tiny.en", compute_type: str = "float32",
+                 **config) -> WhisperRuntime:
     tokenizer, generation_config, _ = real_vocabulary(vocabulary)
     return WhisperRuntime(tiny_whisper(seed, vocabulary, **config), tokenizer, generation_config, compute_type)
 

@@ -80,7 +80,8 @@ def _run_transcribe(args) -> int:
         return 2
     try:
         transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
-                                  lookahead=args.lookahead, language=args.language, task=args.task, timestamps=args.timestamps, temperature=args.temperature,
+                                  lookahead=args.lookahead, language=args.language, task=args.task,
+                                  timestamps=args.timestamps, temperature=args.temperature,
                                   initial_prompt=args.initial_prompt, progress=not args.quiet)
     except (OSError, ValueError) as error:
         print(f"whisperspec: cannot load model {args.model!r}: {error}", file=sys.stderr)

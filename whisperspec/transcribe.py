@@ -23,14 +23,15 @@ class Transcriber:
     """Loads a model (and its drafter) once; transcribes any number of files or arrays.
 
     model: "base" / "tiny.en" (embedded), a faster-whisper (CTranslate2) dir, a transformers dir
-    or hub id. compute_type: "float32", or "int8" for an int8 encoder (see `WhisperRuntime`). draft: None/"none" for plain greedy, or a drafter spec (see
-    `whisperspec.drafting.make_drafter`). temperature: None for openai-whisper's fallback schedule
-    (0, 0.2, ... 1.0), a number for one fixed temperature.
+    or hub id. compute_type: "float32", or "int8" for an int8 encoder (see `WhisperRuntime`).
+    draft: None/"none" for plain greedy, or a drafter spec (see `whisperspec.drafting.make_drafter`).
+    temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for one
+    fixed temperature.
     """
 
-    def __init__(self, model: str = "base", *, compute_type: str = "float32", draft: str | None = None, lookahead: str | int | None = None,
-                 language: str | None = None, task: str = "transcribe", timestamps: bool = False,
-                 temperature: float | None = None, condition_on_previous_text: bool = True,
+    def __init__(self, model: str = "base", *, compute_type: str = "float32", draft: str | None = None,
+                 lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
+                 timestamps: bool = False, temperature: float | None = None, condition_on_previous_text: bool = True,
                  initial_prompt: str | None = None, progress: bool = False, seed: int = 0):
         started = time.perf_counter()
         self.bundle = load_whisper(model)

@@ -17,7 +17,8 @@ hidden states differ in the last bits (8e-4 at most on base), as any other kerne
 
 `int8=True` (compute type int8) runs the same layers with int8 products (`Int8Linear`, each
 window quantised on its own); attention stays float32. Base, one window: 164–169 ms instead of
-241–262 ms; its outputs differ from float32 as faster-whisper's int8 ones do (1 in 7 transcripts of
+241–262 ms (~190 ms inside a transcription, where the decoder's weights have evicted its own from
+the caches); its outputs differ from float32 as faster-whisper's int8 ones do (1 in 7 transcripts of
 40 Asterisk prompts changed, the same WER).
 
 Anything the fused path does not cover (float64 test models, an activation other than GELU, a
