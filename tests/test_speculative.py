@@ -216,6 +216,23 @@ def test_dropping_finished_rows_keeps_the_others_caches(finished):
         assert torch.equal(decoder.self_kv[layer][1], before["self"][layer][keep])
 
 
+def test_a_draft_that_skips_the_previous_text_prompt_changes_nothing():
+    runtime = tiny_runtime(2)
+    special = runtime.special
+    view = drafters.without_prompt(special)
+    assert view([special.sot_prev, 11, 12, special.sot, 40]) == [special.sot, 40]
+    assert view([special.sot, 40, 41]) == [special.sot, 40, 41]
+    window = runtime.encode(random_mel(2))
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
+    prompt = runtime.tokenizer.encode(" the previous window said this much", add_special_tokens=False)
+    plain = WindowDecoder(runtime).decode(window, options, prompt=prompt)
+    draft = drafters.draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
+    drafter = drafters.draft_model_drafter(runtime, draft, share_encoder=True, reads_prompt=False)
+    fast = WindowDecoder(runtime, drafter, make_lookahead("3")).decode(window, options, prompt=prompt)
+    assert fast.tokens == plain.tokens and fast.stats.accepted > 0
+    assert drafter.model.held_tokens(0)[0] == special.sot  # the draft's cache never held the prompt
+
+
 def test_long_form_with_a_drafter_matches_plain(tmp_path):
     """Timestamps, window seeking and prompts from the previous window: all through the drafter."""
     import numpy as np

@@ -28,6 +28,16 @@ def base():
     return Transcriber("base", language="en")
 
 
+def with_drafter(plain: Transcriber, draft: str, lookahead: str) -> Transcriber:
+    """`plain` with a drafter: the same loaded model and options, no second load."""
+    from whisperspec.drafting import make_drafter
+
+    speculative = Transcriber.__new__(Transcriber)
+    speculative.__dict__.update(plain.__dict__)
+    speculative.drafter, speculative.lookahead_spec = make_drafter(draft, plain.runtime), lookahead
+    return speculative
+
+
 def features(transcriber, clip):
     from whisperspec.audio import N_FRAMES, N_SAMPLES, load_audio, log_mel_spectrogram
 
@@ -62,12 +72,7 @@ MIN_ACCEPTANCE = {"int8": 0.8, "trained": 0.3, "early-exit:4": 0.05, "ngram": 0.
 
 @pytest.mark.parametrize("draft", list(MIN_ACCEPTANCE))
 def test_speculative_output_is_identical_on_real_speech(base, draft):
-    runtime = base.runtime
-    speculative = Transcriber.__new__(Transcriber)
-    speculative.__dict__.update(base.__dict__)
-    from whisperspec.drafting import make_drafter
-
-    speculative.drafter, speculative.lookahead_spec = make_drafter(draft, runtime), "4"
+    speculative = with_drafter(base, draft, "4")
     for clip in SHORT_CLIPS:
         plain = base.transcribe(CLIPS / f"{clip}.flac")
         fast = speculative.transcribe(CLIPS / f"{clip}.flac")
@@ -111,6 +116,10 @@ def test_long_form_segments_follow_the_audio(base, tmp_path):
     assert all(s.end >= s.start for s in result.segments)
     reference = " ".join(REFERENCES[c] for c in clips)
     assert score([reference], [result.text], "en").wer < 0.15, result.text
+    # the trained draft drafts without the previous-text prompt the later windows carry
+    fast = with_drafter(base, "auto", "3").transcribe(path)
+    assert [(s.start, s.end, s.tokens) for s in fast.segments] == [(s.start, s.end, s.tokens) for s in result.segments]
+    assert fast.stats["speculation"]["acceptance_rate"] > 0.3
 
 
 def test_tiny_en_transcribes(tmp_path):

@@ -9,7 +9,7 @@ generation crops its cache). Rows of a batch draft together in one forward pass 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -31,8 +31,15 @@ class DraftModel(Protocol):
 
 
 class ModelDrafter:
-    def __init__(self, model: DraftModel, vocab_size: int):
+    """`view`: the part of a sequence the draft model reads (default: all of it), e.g. a shorter
+    context than the target's, closer to what the draft was trained on. The verifier still sees
+    the whole sequence, so output is unchanged; only acceptance can move. It must let new tokens
+    through: view(tokens + new) == view(tokens) + new."""
+
+    def __init__(self, model: DraftModel, vocab_size: int,
+                 view: Callable[[list[int]], list[int]] | None = None):
         self.model, self.vocab_size = model, vocab_size
+        self.view = view
 
     def propose(self, tokens: list[int], k: int, context: DraftContext) -> Proposal:
         return self.propose_batch([tokens], k, [context])[0]
@@ -70,6 +77,8 @@ class ModelDrafter:
         """Roll each row's cache back to its longest prefix of the row (last token excluded) and
         return the tokens to feed. Rows are aligned to one width by re-feeding tokens the cache
         already held (recomputing them gives the same keys and values)."""
+        if self.view:
+            rows = [self.view(row) for row in rows]
         common = [_common_prefix(self.model.held_tokens(b), row[:-1]) for b, row in enumerate(rows)]
         width = max(len(row) - c for row, c in zip(rows, common))
         starts = [len(row) - width for row in rows]
