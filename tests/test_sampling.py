@@ -7,6 +7,7 @@ from collections import Counter
 
 import torch
 
+from whisperspec.speculative.coupled import GumbelNoise
 from whisperspec.speculative.generate import generate
 from whisperspec.speculative.lookahead import Fixed
 from whisperspec.speculative.protocols import DraftContext, Proposal
@@ -91,3 +92,20 @@ def test_speculative_sampling_reproduces_sequence_distribution():
                            temperature=temperature, generator=generator)
             counts[tuple(out.tokens)] += 1
         assert total_variation(counts, exact, n) < 0.05, drafter
+
+
+def test_coupled_sampling_draws_the_distribution_and_the_same_tokens_with_any_draft():
+    torch.manual_seed(0)
+    target_logits, draft_logits = torch.randn(VOCAB, VOCAB) * 1.5, torch.randn(VOCAB, VOCAB) * 1.5
+    length, n, temperature = 3, 6000, 0.8
+    exact = exact_sequence_distribution(target_logits, 0, length, temperature)
+    counts = Counter()
+    for seed in range(n):
+        noise = GumbelNoise(seed, VOCAB)
+        plain = generate(BigramModel(target_logits), [0], length, None, temperature=temperature, noise=noise).tokens
+        for drafter in (BigramDrafter(draft_logits), BigramDrafter(draft_logits, deterministic=True)):
+            out = generate(BigramModel(target_logits), [0], length, None, drafter=drafter, lookahead=Fixed(2),
+                           temperature=temperature, generator=torch.Generator().manual_seed(seed), noise=noise)
+            assert out.tokens == plain, seed
+        counts[tuple(plain)] += 1
+    assert total_variation(counts, exact, n) < 0.05

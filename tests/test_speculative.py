@@ -216,6 +216,21 @@ def test_dropping_finished_rows_keeps_the_others_caches(finished):
         assert torch.equal(decoder.self_kv[layer][1], before["self"][layer][keep])
 
 
+def test_sampled_windows_read_the_same_with_every_drafter():
+    """Coupled sampling (Whisper's default at temperature > 0): the same draw, drafted or not."""
+    runtime = tiny_runtime(1)
+    window = runtime.encode(random_mel(1))
+    options = DecodeOptions(language="en", temperatures=(0.8,), max_new_tokens=40, seed=3)
+    plain = WindowDecoder(runtime).decode(window, options)
+    assert plain.tokens != WindowDecoder(runtime).decode(window, replace(options, temperatures=(0.0,))).tokens
+    assert plain.tokens != WindowDecoder(runtime).decode(window, replace(options, seed=4)).tokens
+    for name in DRAFTERS:
+        drafter = build_drafter(name, runtime, 1)
+        for lookahead in ("1", "4"):
+            result = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode(window, options)
+            assert result.tokens == plain.tokens, (name, lookahead)
+
+
 def test_a_draft_that_skips_the_previous_text_prompt_changes_nothing():
     runtime = tiny_runtime(2)
     special = runtime.special

@@ -61,6 +61,8 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--lookahead", default=None, help="K (default 3), heuristic, confidence[:t] or cost")
     p.add_argument("--temperature", type=float, default=None,
                    help="fixed sampling temperature (default: greedy with openai-whisper's fallback)")
+    p.add_argument("--sampling", choices=("coupled", "residual"), default="coupled",
+                   help="at temperature > 0: coupled (the same text with or without a draft) or residual")
     p.add_argument("--initial-prompt", default=None)
     p.add_argument("--stats", action="store_true", help="print acceptance, passes, tokens/s and the time split")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -82,7 +84,8 @@ def _run_transcribe(args) -> int:
         transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
                                   lookahead=args.lookahead, language=args.language, task=args.task,
                                   timestamps=args.timestamps, temperature=args.temperature,
-                                  initial_prompt=args.initial_prompt, progress=not args.quiet)
+                                  initial_prompt=args.initial_prompt, progress=not args.quiet,
+                                  sampling=args.sampling)
     except (OSError, ValueError) as error:
         print(f"whisperspec: cannot load model {args.model!r}: {error}", file=sys.stderr)
         return 2

@@ -26,13 +26,15 @@ class Transcriber:
     or hub id. compute_type: "float32", or "int8" for an int8 encoder (see `WhisperRuntime`).
     draft: None/"none" for plain greedy, or a drafter spec (see `whisperspec.drafting.make_drafter`).
     temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for one
-    fixed temperature.
+    fixed temperature. sampling (at temperature > 0): "coupled", the same tokens with or without a
+    draft, or "residual" (see `DecodeOptions`).
     """
 
     def __init__(self, model: str = "base", *, compute_type: str = "float32", draft: str | None = None,
                  lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
                  timestamps: bool = False, temperature: float | None = None, condition_on_previous_text: bool = True,
-                 initial_prompt: str | None = None, progress: bool = False, seed: int = 0):
+                 initial_prompt: str | None = None, progress: bool = False, seed: int = 0,
+                 sampling: str = "coupled"):
         started = time.perf_counter()
         self.bundle = load_whisper(model)
         self.runtime = WhisperRuntime.from_bundle(self.bundle, compute_type)
@@ -43,7 +45,7 @@ class Transcriber:
             self.drafter = make_drafter(draft, self.runtime)
         self.lookahead_spec = lookahead
         self.options = DecodeOptions(
-            task=task, language=language, timestamps=timestamps, seed=seed,
+            task=task, language=language, timestamps=timestamps, seed=seed, sampling=sampling,
             temperatures=DecodeOptions.temperatures if temperature is None else (float(temperature),))
         self.condition_on_previous_text = condition_on_previous_text
         self.initial_prompt, self.progress = initial_prompt, progress

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from whisperspec.speculative.coupled import GumbelNoise
 from whisperspec.speculative.lookahead import Fixed
 from whisperspec.speculative.protocols import (CachedModel, DraftContext, Drafter, LogitFilter, Proposal,
                                                no_filter)
@@ -50,15 +51,18 @@ def generate(target: CachedModel, tokens: list[int], max_new_tokens: int, eos_to
 def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_tokens: int,
                    eos_token_id: int | None, *, drafter: Drafter | None = None, lookahead=None,
                    logit_filters: Sequence[LogitFilter] | None = None, temperature: float = 0.0,
-                   generator: torch.Generator | None = None,
+                   generator: torch.Generator | None = None, noise: GumbelNoise | None = None,
                    on_tokens: Callable[[int, list[int]], None] | None = None) -> list[Generation]:
     """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`.
 
+    Sampling (temperature > 0) follows the residual rule with `generator`, or with `noise` coupled
+    sampling (`whisperspec.speculative.coupled`: the same tokens with or without a drafter).
     `on_tokens(row, tokens)` receives each round's verified tokens (streaming).
     """
     lookahead = lookahead or Fixed(0)
     filters = list(logit_filters or [no_filter] * len(sequences))
-    contexts = [DraftContext(f, temperature, lookahead.min_confidence, generator, eos_token_id) for f in filters]
+    contexts = [DraftContext(f, temperature, lookahead.min_confidence, generator, eos_token_id, noise)
+                for f in filters]
     rows = [list(s) for s in sequences]
     outs = [Generation() for _ in rows]
     active = list(range(len(rows)))  # original row index of each row still in the batch
@@ -72,7 +76,7 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
         batch = [[rows[r][-1], *p.tokens, *[rows[r][-1]] * (width - len(p.tokens))]  # padding never verified
                  for r, p in zip(active, proposals)]
         logits = target.forward(torch.tensor(batch))
-        verdicts = [verify(rows[r], p, logits[i], filters[r], temperature, generator)
+        verdicts = [verify(rows[r], p, logits[i], filters[r], temperature, generator, noise)
                     for i, (r, p) in enumerate(zip(active, proposals))]
         target.rollback([len(rows[r]) + v.accepted for r, v in zip(active, verdicts)])  # all but the newest
         t2 = time.perf_counter()

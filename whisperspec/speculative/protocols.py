@@ -44,6 +44,9 @@ class DraftContext:
     min_confidence: float = 0.0  # stop drafting when the draft's top probability falls below this
     generator: torch.Generator | None = None
     eos_token_id: int | None = None
+    # coupled sampling: the target picks argmax(scores / T + noise(position)); a draft that does
+    # the same proposes what the target will pick whenever their distributions agree
+    noise: Callable[[int], torch.Tensor] | None = None
 
 
 @dataclass

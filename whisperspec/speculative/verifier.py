@@ -10,25 +10,31 @@ uses, with the same preceding tokens, so the rules (and their effect on the argm
 * sampling: accept draft token x with probability min(1, p(x)/q(x)); at the first rejection draw
   from norm(max(0, p - q)); after k acceptances draw the bonus from p (Leviathan et al., 2023;
   Chen et al., 2023). A deterministic proposal is q = one-hot. The output follows p exactly.
+* coupled sampling (`noise` given): the target's token at each position is argmax(scores / T +
+  noise(position)) (`whisperspec.speculative.coupled`), kept or not like a greedy one: an exact
+  sample of p, and the same one plain decoding with that noise draws.
 """
 
 from __future__ import annotations
 
 import torch
 
+from whisperspec.speculative.coupled import GumbelNoise, coupled_choice
 from whisperspec.speculative.protocols import LogitFilter, Proposal, Verdict
 
 
 def verify(tokens: list[int], proposal: Proposal, logits: torch.Tensor, logit_filter: LogitFilter,
-           temperature: float = 0.0, generator: torch.Generator | None = None) -> Verdict:
+           temperature: float = 0.0, generator: torch.Generator | None = None,
+           noise: GumbelNoise | None = None) -> Verdict:
     draft = proposal.tokens
     sequence = list(tokens)
     logprobs: list[float] = []
     for i in range(len(draft) + 1):
         scores = logit_filter(sequence, logits[i].float())
         logp = torch.log_softmax(scores, dim=-1)
-        if temperature == 0:
-            choice = int(scores.argmax())
+        if temperature == 0 or noise is not None:
+            choice = int(scores.argmax()) if temperature == 0 else coupled_choice(scores, temperature, noise,
+                                                                                  len(sequence))
             accepted = i < len(draft) and choice == draft[i]
         else:
             p = torch.softmax(scores / temperature, dim=-1)

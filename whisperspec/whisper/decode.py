@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from whisperspec.speculative.coupled import GumbelNoise
 from whisperspec.speculative.generate import generate_batch
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.model import EncodedWindow, WhisperRuntime
@@ -32,6 +33,10 @@ class DecodeOptions:
     no_speech_threshold: float | None = 0.6
     max_new_tokens: int | None = None  # default: up to the decoder's context (448 positions)
     seed: int = 0
+    # at temperature > 0: "coupled" draws the same tokens with or without a draft (shared noise,
+    # `whisperspec.speculative.coupled`); "residual" is Leviathan et al.'s rule (the same
+    # distribution, another draw)
+    sampling: str = "coupled"
 
 
 @dataclass
@@ -104,9 +109,12 @@ class WindowDecoder:
         max_new = options.max_new_tokens or runtime.max_length - len(prefixes[0])
         temperature, *higher = options.temperatures
         no_speech = self._prefill(prefixes)
+        if options.sampling not in ("coupled", "residual"):
+            raise ValueError(f"sampling {options.sampling!r}: coupled or residual")
+        noise = GumbelNoise(options.seed, runtime.vocab_size) if options.sampling == "coupled" else None
         outs = generate_batch(runtime.decoder, prefixes, max_new, special.eot, drafter=self.drafter,
                               lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
-                              generator=torch.Generator().manual_seed(options.seed))
+                              generator=torch.Generator().manual_seed(options.seed), noise=noise)
         results = [self._result(out, lang, temperature, p) for out, lang, p in zip(outs, languages, no_speech)]
         for row, result in enumerate(results):
             if higher and self._needs_fallback(result, options):

@@ -13,6 +13,7 @@ from typing import Callable, Protocol
 
 import torch
 
+from whisperspec.speculative.coupled import coupled_choice
 from whisperspec.speculative.protocols import DraftContext, Proposal, Verdict
 
 
@@ -51,7 +52,8 @@ class ModelDrafter:
         for step in range(k):
             logits = self._full_vocab(self.model.forward(torch.tensor(feed))[:, -1])
             for b, context in enumerate(contexts):
-                token, q, confidence = _pick(context.logit_filter(rows[b] + drafted[b], logits[b]), context)
+                sequence = rows[b] + drafted[b]
+                token, q, confidence = _pick(context.logit_filter(sequence, logits[b]), context, len(sequence))
                 feed[b] = [token]
                 if not drafting[b]:
                     continue  # this row stopped; it rides along until the batch step is over
@@ -94,8 +96,11 @@ class ModelDrafter:
         return full
 
 
-def _pick(scores: torch.Tensor, context: DraftContext) -> tuple[int, torch.Tensor | None, float]:
-    """(token, distribution it was drawn from or None if greedy, the draft's confidence in it)."""
+def _pick(scores: torch.Tensor, context: DraftContext, position: int) -> tuple[int, torch.Tensor | None, float]:
+    """(token, distribution it was drawn from or None if deterministic, the draft's confidence in it)."""
+    if context.temperature > 0 and context.noise is not None:  # coupled: the target's rule, the draft's scores
+        token = coupled_choice(scores, context.temperature, context.noise, position)
+        return token, None, float(torch.softmax(scores / context.temperature, dim=-1)[token])
     if context.temperature > 0:
         q = torch.softmax(scores / context.temperature, dim=-1)
         token = int(torch.multinomial(q, 1, generator=context.generator))
