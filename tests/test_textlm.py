@@ -244,6 +244,18 @@ def test_sampling_with_a_draft_follows_the_target_distribution():
     assert tv < 0.06  # sampling noise with these bins is ~0.025; a broken verifier gives ~q
 
 
+def test_coupled_sampling_draws_the_same_text_with_every_draft():
+    model, tokenizer = tiny_llama(1), IdTokenizer()
+    text = prompt(1)
+    options = dict(max_new_tokens=30, temperature=0.9, sampling="coupled")
+    plain = generate(model, tokenizer, text, seed=5, **options).tokens
+    assert plain != generate(model, tokenizer, text, seed=6, **options).tokens
+    for draft in ("ngram", "early-exit:2", tiny_llama(51, layers=2)):
+        assert generate(model, tokenizer, text, draft=draft, lookahead="3", seed=5, **options).tokens == plain, draft
+    rows = generate_batch(model, tokenizer, [text, prompt(2)], draft="ngram", seed=5, **options)
+    assert rows[0].tokens == plain
+
+
 def test_stop_strings_and_streaming():
     model, tokenizer = tiny_llama(0), IdTokenizer()
     pieces = []

@@ -19,13 +19,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookahead", default=None, help="K, heuristic, confidence[:t] or cost")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--sampling", choices=("residual", "coupled"), default="residual",
+                        help="at temperature > 0: residual (Leviathan et al.) or coupled (the same text with or "
+                             "without a draft)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--stats", action="store_true")
     args = parser.parse_args(argv)
 
     model, tokenizer = load_causal_lm(args.model)
     options = dict(draft=args.draft, lookahead=args.lookahead, max_new_tokens=args.max_new_tokens,
-                   temperature=args.temperature, chat=args.chat)
+                   temperature=args.temperature, sampling=args.sampling, chat=args.chat)
     started = time.perf_counter()
     if len(args.prompt) == 1:
         outs = [generate(model, tokenizer, args.prompt[0], on_text=lambda text: print(text, end="", flush=True),

@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from whisperspec.packed_linear import packed_view
+from whisperspec.speculative.coupled import GumbelNoise
 from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.drafters.ngram import NgramDrafter
@@ -35,11 +36,14 @@ class TextGeneration:
 
 
 def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead=None, max_new_tokens: int = 128,
-             temperature: float = 0.0, seed: int = 0, stop: list[str] | None = None, chat: bool = False,
-             on_text: Callable[[str], None] | None = None, **transformers_options) -> TextGeneration:
+             temperature: float = 0.0, seed: int = 0, sampling: str = "residual", stop: list[str] | None = None,
+             chat: bool = False, on_text: Callable[[str], None] | None = None,
+             **transformers_options) -> TextGeneration:
     """Greedy (token-for-token plain greedy) or sampled (the target's distribution) generation.
 
     draft: None/"none", "ngram[:N]", "early-exit[:E]", or a model with the same tokenizer.
+    sampling (temperature > 0): "residual" (Leviathan et al.'s rule) or "coupled" (shared noise:
+    the same tokens for a seed with or without a draft, `whisperspec.speculative.coupled`).
     on_text receives the new text as each round is verified (streaming).
     """
     draft, lookahead, temperature = _translate_options(draft, lookahead, temperature, transformers_options,
@@ -57,12 +61,12 @@ def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead
     out = speculative_generate(target, ids, max_new_tokens, tokenizer.eos_token_id, drafter=drafter,
                                lookahead=make_lookahead(lookahead, default="6") if drafter else None,
                                temperature=temperature, generator=torch.Generator().manual_seed(seed),
-                               on_tokens=on_tokens)
+                               noise=_noise(sampling, seed, model), on_tokens=on_tokens)
     return _text(tokenizer, out, stop)
 
 
 def generate_batch(model, tokenizer, prompts: list[str | list[int]], *, draft=None, lookahead=None,
-                   max_new_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
+                   max_new_tokens: int = 128, temperature: float = 0.0, seed: int = 0, sampling: str = "residual",
                    stop: list[str] | None = None, chat: bool = False, **transformers_options) -> list[TextGeneration]:
     """Several prompts as one batch: one target pass per round for all rows, each row accepting its
     own number of draft tokens. Prompts of any lengths (left-padded, each row with its own
@@ -74,8 +78,15 @@ def generate_batch(model, tokenizer, prompts: list[str | list[int]], *, draft=No
     target, drafter = _target_and_drafter(model, tokenizer, draft, rows)
     outs = speculative_generate_batch(target, rows, max_new_tokens, tokenizer.eos_token_id, drafter=drafter,
                                       lookahead=make_lookahead(lookahead, default="6") if drafter else None,
-                                      temperature=temperature, generator=torch.Generator().manual_seed(seed))
+                                      temperature=temperature, generator=torch.Generator().manual_seed(seed),
+                                      noise=_noise(sampling, seed, model))
     return [_text(tokenizer, out, stop) for out in outs]
+
+
+def _noise(sampling: str, seed: int, model) -> GumbelNoise | None:
+    if sampling not in ("residual", "coupled"):
+        raise ValueError(f"sampling {sampling!r}: residual or coupled")
+    return GumbelNoise(seed, model.get_output_embeddings().weight.shape[0]) if sampling == "coupled" else None
 
 
 def _target_and_drafter(model, tokenizer, draft, sequences: list[list[int]]):
