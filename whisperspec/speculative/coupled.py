@@ -40,3 +40,11 @@ class GumbelNoise:
 def coupled_choice(scores: torch.Tensor, temperature: float, noise: GumbelNoise, position: int) -> int:
     """The token coupled sampling picks at `position` from (filtered) `scores` [vocab]."""
     return int((scores / temperature + noise(position)).argmax())
+
+
+def sampling_noise(sampling: str, seed: int, vocab_size: int) -> GumbelNoise | None:
+    """The `noise` a generation samples with: "coupled" (this module) or "residual" (None: the
+    verifier's residual rule with a random generator)."""
+    if sampling not in ("coupled", "residual"):
+        raise ValueError(f"sampling {sampling!r}: coupled or residual")
+    return GumbelNoise(seed, vocab_size) if sampling == "coupled" else None

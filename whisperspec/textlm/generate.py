@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from whisperspec.packed_linear import packed_view
-from whisperspec.speculative.coupled import GumbelNoise
+from whisperspec.speculative.coupled import GumbelNoise, sampling_noise
 from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.drafters.ngram import NgramDrafter
@@ -84,9 +84,7 @@ def generate_batch(model, tokenizer, prompts: list[str | list[int]], *, draft=No
 
 
 def _noise(sampling: str, seed: int, model) -> GumbelNoise | None:
-    if sampling not in ("residual", "coupled"):
-        raise ValueError(f"sampling {sampling!r}: residual or coupled")
-    return GumbelNoise(seed, model.get_output_embeddings().weight.shape[0]) if sampling == "coupled" else None
+    return sampling_noise(sampling, seed, model.get_output_embeddings().weight.shape[0])
 
 
 def _target_and_drafter(model, tokenizer, draft, sequences: list[list[int]]):

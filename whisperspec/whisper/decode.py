@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from whisperspec.speculative.coupled import GumbelNoise
+from whisperspec.speculative.coupled import sampling_noise
 from whisperspec.speculative.generate import generate_batch
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.model import EncodedWindow, WhisperRuntime
@@ -109,9 +109,7 @@ class WindowDecoder:
         max_new = options.max_new_tokens or runtime.max_length - len(prefixes[0])
         temperature, *higher = options.temperatures
         no_speech = self._prefill(prefixes)
-        if options.sampling not in ("coupled", "residual"):
-            raise ValueError(f"sampling {options.sampling!r}: coupled or residual")
-        noise = GumbelNoise(options.seed, runtime.vocab_size) if options.sampling == "coupled" else None
+        noise = sampling_noise(options.sampling, options.seed, runtime.vocab_size)
         outs = generate_batch(runtime.decoder, prefixes, max_new, special.eot, drafter=self.drafter,
                               lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
                               generator=torch.Generator().manual_seed(options.seed), noise=noise)
