@@ -135,34 +135,6 @@ def test_a_window_decodes_the_same_after_another_in_the_reused_cache():
     assert again.tokens == expected.tokens and again.avg_logprob == expected.avg_logprob
 
 
-@pytest.mark.parametrize("kind", ["float64", "float32 oneDNN", "int8 draft"])
-def test_a_one_token_step_equals_the_general_pass_bit_for_bit(kind):
-    """Plain and draft steps (one token, one row) take a short path with fewer torch calls; it must
-    leave the same logits and the same cache as the general pass."""
-    runtime = tiny_runtime(0, dtype=torch.float32) if kind == "float32 oneDNN" else tiny_runtime(0)
-    window = runtime.encode(random_mel(0).to(runtime.model.dtype))
-    runtime.decoder.start(window.hidden)
-    decoder = runtime.decoder
-    if kind == "int8 draft":
-        drafter = make_drafter("int8", runtime)
-        drafter.start_window(window)
-        decoder = drafter.model.decoder
-    prefix = torch.tensor([runtime.special.prefix("en", "transcribe", False)])
-    decoder.forward(prefix)
-    n = prefix.shape[1]
-    for token in (440, 11, 2221):
-        fast = decoder.forward(torch.tensor([[token]]))
-        assert decoder._direct is not None  # the short path ran
-        keys = [k[:, :, :n + 1].clone() for k, _ in decoder.self_kv]
-        decoder.rollback(n)
-        with torch.inference_mode():  # as `forward` runs it
-            general = decoder.head(decoder.final_norm(decoder._hidden_states(torch.tensor([[token]]), None)))
-        assert torch.equal(fast, general)
-        assert all(torch.equal(k, k2[:, :, :n + 1]) for k, (k2, _) in zip(keys, decoder.self_kv))
-        assert decoder.lengths.eq(n + 1).all() and int(decoder.fed_tokens[0, n]) == token
-        n += 1
-
-
 def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
     runtime = tiny_runtime(0)
     drafter = make_drafter("int8", runtime)

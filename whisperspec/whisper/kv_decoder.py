@@ -21,10 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from whisperspec.int8_linear import Int8Linear
-from whisperspec.packed_linear import PackedLinear, onednn_linear, packed_copy
+from whisperspec.packed_linear import PackedLinear, packed_copy
 
 
 class KVDecoder:
@@ -45,7 +44,6 @@ class KVDecoder:
         self.batch_size = 0
         self.encoder_hidden = None
         self.self_kv, self.exit_hidden = [], None  # allocated by `start`, reused while the shape fits
-        self._direct: list[_DirectLayer] | None = None  # the layers as plain calls (`_one_token`)
 
     @classmethod
     def from_model(cls, model: nn.Module, int8_cross: bool = False, **kwargs) -> "KVDecoder":
@@ -152,41 +150,8 @@ class KVDecoder:
         With `exit_layer=E` only the first E layers run (the early-exit draft); the final layer norm
         and a head (`head`, e.g. a reduced-vocabulary one; default the model's) still apply.
         """
-        if tokens.shape == (1, 1) and exit_layer is None and self.exit_layer is None:
-            hidden = self._one_token(int(tokens[0, 0]))  # a plain step, a draft step
-        else:
-            hidden = self._hidden_states(tokens, exit_layer)
+        hidden = self._hidden_states(tokens, exit_layer)
         return (head or self.head)(self.final_norm(hidden))
-
-    def _one_token(self, token: int) -> torch.Tensor:
-        """`_hidden_states` for one token of a one-row batch, with the same products on the same
-        shapes (the same results, bit for bit), in as few torch calls as possible. Every draft step
-        and plain step is this case, and for a small draft the calls around the maths are a good
-        part of the step: measured side by side on base after a verify pass, the distilled draft's
-        step 1.14 ms through `_hidden_states` and 0.95 ms here, a main step 8.91 and 8.59 ms."""
-        position = int(self.lengths[-1, 0])
-        if position >= self.max_length:
-            raise ValueError(f"decoder context is {self.max_length} positions; asked for {position + 1}")
-        if self._direct is None:
-            self._direct = [_DirectLayer(layer) for layer in self.layers]
-        self.fed_tokens[0, position] = token
-        hidden = (self.embed_tokens[token] + self.embed_positions[position]).view(1, 1, -1)
-        heads = (1, 1, self.n_heads, self.head_dim)
-        for layer, (k_cache, v_cache), (k_cross, v_cross) in zip(self._direct, self.self_kv, self.cross_kv):
-            x = layer.self_norm(hidden)
-            q = (layer.q(x) * self.scaling).view(heads).transpose(1, 2)
-            k_cache[0, :, position] = layer.k(x).view(heads[2:])
-            v_cache[0, :, position] = layer.v(x).view(heads[2:])
-            out = F.scaled_dot_product_attention(q, k_cache[:, :, :position + 1], v_cache[:, :, :position + 1],
-                                                 scale=1.0)
-            hidden = hidden + layer.out(out.view(1, 1, -1))  # [1, heads, 1, dim]: already in merged order
-            x = layer.cross_norm(hidden)
-            q = (layer.cross_q(x) * self.scaling).view(heads).transpose(1, 2)
-            out = F.scaled_dot_product_attention(q, k_cross, v_cross, scale=1.0)
-            hidden = hidden + layer.cross_out(out.view(1, 1, -1))
-            hidden = hidden + layer.fc2(layer.activation(layer.fc1(layer.final_norm(hidden))))
-        self.lengths[:, 0] = position + 1
-        return hidden
 
     def _hidden_states(self, tokens: torch.Tensor, exit_layer: int | None) -> torch.Tensor:
         top = exit_layer or self.n_layers
@@ -269,35 +234,6 @@ class KVDecoder:
         if ahead < n:  # the lower layers still have to see the tokens the draft never fed
             self._hidden_states(tokens[:, ahead:], exit_layer)
         return exit_layer, self.exit_hidden[:, begin:begin + n].clone()
-
-
-class _DirectLayer:
-    """A decoder layer's modules as the plain calls they make (no module dispatch per call)."""
-
-    def __init__(self, layer: nn.Module):
-        attn, cross = layer.self_attn, layer.encoder_attn
-        self.self_norm, self.cross_norm, self.final_norm = (
-            _direct_norm(n) for n in (layer.self_attn_layer_norm, layer.encoder_attn_layer_norm, layer.final_layer_norm))
-        self.q, self.k, self.v, self.out = (_direct_linear(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj,
-                                                                         attn.out_proj))
-        self.cross_q, self.cross_out = _direct_linear(cross.q_proj), _direct_linear(cross.out_proj)
-        self.fc1, self.fc2, self.activation = _direct_linear(layer.fc1), _direct_linear(layer.fc2), layer.activation_fn
-
-
-def _direct_norm(norm: nn.LayerNorm):
-    return lambda x: F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
-
-
-def _direct_linear(module: nn.Module):
-    """The op `module(x)` ends in, for the linears inference runs (oneDNN-packed, int8 dynamic);
-    any other module is called as it is."""
-    if isinstance(module, PackedLinear) and module.packed is not None and module.weight.dtype == torch.float32:
-        return lambda x: onednn_linear(x, module.packed, module.bias)
-    if isinstance(module, DynamicInt8Linear) and module._packed_params.dtype == torch.qint8 \
-            and (module.version or 0) >= 4:  # what its forward calls, float32 in and out
-        packed = module._packed_params._packed_params
-        return lambda x: torch.ops.quantized.linear_dynamic(x, packed, True)
-    return module
 
 
 def pool_frames(x: torch.Tensor, size: int) -> torch.Tensor:
