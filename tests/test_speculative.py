@@ -135,6 +135,42 @@ def test_a_window_decodes_the_same_after_another_in_the_reused_cache():
     assert again.tokens == expected.tokens and again.avg_logprob == expected.avg_logprob
 
 
+@pytest.mark.parametrize("name", ["none", "early-exit:1", "int8", "distil"])
+def test_the_prefix_read_in_the_first_verify_pass_changes_nothing(name):
+    """The first pass reads the forced prefix and verifies the first draft together (one pass fewer
+    per window): the same tokens, and the same no-speech probability, as a separate prefix pass."""
+    from whisperspec.speculative.generate import generate_batch
+    from whisperspec.whisper.decode import forced_prefix
+    from whisperspec.whisper.rules import WhisperLogitFilter
+
+    runtime = tiny_runtime(1)
+    special, window = runtime.special, runtime.encode(random_mel(3))
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=30, timestamps=True)
+    drafter = None if name == "none" else build_drafter(name, runtime, 1)
+    passes = []  # full passes of the main decoder (not an early exit's partial ones)
+    forward = runtime.decoder.forward
+    runtime.decoder.forward = lambda tokens, exit_layer=None, **kw: (
+        passes.append(1) if exit_layer is None else None) or forward(tokens, exit_layer, **kw)
+    merged = WindowDecoder(runtime, drafter, make_lookahead("3") if drafter else None).decode(window, options)
+    merged_passes, passes[:] = len(passes), []
+
+    runtime.decoder.start(window.hidden)  # what decoding did before: the prefix in a pass of its own
+    if drafter:
+        drafter.start_window(window)
+    prefix = forced_prefix(special, [], "en", options)
+    with torch.inference_mode():  # (an English-only model with timestamps has <|sot|> alone: it is fed too)
+        logits = runtime.decoder.forward(torch.tensor([prefix if len(prefix) == 1 else prefix[:-1]]))
+    runtime.decoder.rollback(len(prefix) - 1)
+    no_speech = float(torch.softmax(logits[0, prefix.index(special.sot)], dim=-1)[special.no_speech])
+    separate = generate_batch(runtime.decoder, [prefix], 30, special.eot, drafter=drafter,
+                              lookahead=make_lookahead("3") if drafter else None,
+                              logit_filters=[WhisperLogitFilter(special, len(prefix), True, runtime.vocab_size)])[0]
+    assert merged.tokens == [t for t in separate.tokens if t != special.eot]
+    # a pass over more tokens sums in another order: the same probability up to rounding
+    assert merged.no_speech_prob == pytest.approx(no_speech, rel=1e-5)
+    assert merged_passes == len(passes) - 1  # the prefix pass is gone
+
+
 def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
     runtime = tiny_runtime(0)
     drafter = make_drafter("int8", runtime)

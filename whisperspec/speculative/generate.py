@@ -52,8 +52,12 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                    eos_token_id: int | None, *, drafter: Drafter | None = None, lookahead=None,
                    logit_filters: Sequence[LogitFilter] | None = None, temperature: float = 0.0,
                    generator: torch.Generator | None = None, noise: GumbelNoise | None = None,
-                   on_tokens: Callable[[int, list[int]], None] | None = None) -> list[Generation]:
-    """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`.
+                   on_tokens: Callable[[int, list[int]], None] | None = None, held: int | None = None,
+                   on_prefill: Callable[[torch.Tensor], None] | None = None) -> list[Generation]:
+    """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`, or, with
+    `held`, just the first `held` tokens of every row: the first round then feeds the rest together
+    with the first draft, so a prompt is read in the pass that verifies that draft (one target pass
+    fewer), and `on_prefill` receives the logits [batch, n, vocab] of those n fed tokens.
 
     Sampling (temperature > 0) follows the residual rule with `generator`, or with `noise` coupled
     sampling (`whisperspec.speculative.coupled`: the same tokens with or without a drafter).
@@ -66,6 +70,10 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
     rows = [list(s) for s in sequences]
     outs = [Generation() for _ in rows]
     active = list(range(len(rows)))  # original row index of each row still in the batch
+    unfed = {1} if held is None else {len(row) - held for row in rows}  # tokens the first pass feeds
+    if len(unfed) != 1 or min(unfed) < 1:
+        raise ValueError(f"every row must leave the same number (>= 1) of tokens to the first pass, not {unfed}")
+    tail, prefilling = unfed.pop(), held is not None
     while active:
         t0 = time.perf_counter()
         room = min(max_new_tokens - len(outs[r].tokens) for r in active)
@@ -73,9 +81,13 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
         proposals = _propose(drafter, [rows[r] for r in active], k, [contexts[r] for r in active])
         t1 = time.perf_counter()
         width = max(len(p.tokens) for p in proposals)
-        batch = [[rows[r][-1], *p.tokens, *[rows[r][-1]] * (width - len(p.tokens))]  # padding never verified
+        batch = [[*rows[r][-tail:], *p.tokens, *[rows[r][-1]] * (width - len(p.tokens))]  # padding never verified
                  for r, p in zip(active, proposals)]
         logits = target.forward(torch.tensor(batch))
+        if prefilling:  # the first round, fed the rest of the prompt too
+            if on_prefill:
+                on_prefill(logits[:, :tail])
+            logits, tail, prefilling = logits[:, tail - 1:], 1, False
         verdicts = [verify(rows[r], p, logits[i], filters[r], temperature, generator, noise)
                     for i, (r, p) in enumerate(zip(active, proposals))]
         target.rollback([len(rows[r]) + v.accepted for r, v in zip(active, verdicts)])  # all but the newest

@@ -108,11 +108,21 @@ class WindowDecoder:
         filters = [WhisperLogitFilter(special, len(p), options.timestamps, runtime.vocab_size) for p in prefixes]
         max_new = options.max_new_tokens or runtime.max_length - len(prefixes[0])
         temperature, *higher = options.temperatures
-        no_speech = self._prefill(prefixes)
         noise = sampling_noise(options.sampling, options.seed, runtime.vocab_size)
+        # The prefix is read by the loop's first pass, with the first draft (`held=0`), not by a
+        # pass of its own: one decoder pass fewer per window. Measured side by side on the 6 test
+        # clips (base): greedy 1.85 -> 1.79 s, the trained draft at k=5 0.96 -> 0.91 s.
+        no_speech = []  # P(<|nospeech|>) after <|sot|>, read from that first pass
+
+        def read_no_speech(logits: torch.Tensor) -> None:
+            sot = prefixes[0].index(special.sot)
+            no_speech.extend(torch.softmax(logits[:, sot].float(), dim=-1)[:, special.no_speech].tolist())
+
+        runtime.decoder.rollback(0)
         outs = generate_batch(runtime.decoder, prefixes, max_new, special.eot, drafter=self.drafter,
                               lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
-                              generator=torch.Generator().manual_seed(options.seed), noise=noise)
+                              generator=torch.Generator().manual_seed(options.seed), noise=noise,
+                              held=0, on_prefill=read_no_speech)
         results = [self._result(out, lang, temperature, p) for out, lang, p in zip(outs, languages, no_speech)]
         for row, result in enumerate(results):
             if higher and self._needs_fallback(result, options):
@@ -130,19 +140,6 @@ class WindowDecoder:
             avg_logprob=out.sum_logprob / (len(tokens) + 1),
             compression_ratio=compression_ratio(self.runtime.decode_text(tokens)),
             no_speech_prob=no_speech_prob, from_draft=out.from_draft[:len(tokens)], stats=out.stats)
-
-    def _prefill(self, prefixes: list[list[int]]) -> list[float]:
-        """Fill the cache with all but the last prefix token; return P(<|nospeech|>) at <|sot|>."""
-        decoder, special = self.runtime.decoder, self.runtime.special
-        decoder.rollback(0)
-        sot_index = prefixes[0].index(special.sot)
-        tokens = torch.tensor(prefixes)
-        if sot_index == tokens.shape[1] - 1:  # <|sot|> is the last prefix token: one extra pass to see it
-            logits = decoder.forward(tokens)
-            decoder.rollback(tokens.shape[1] - 1)
-        else:
-            logits = decoder.forward(tokens[:, :-1])
-        return torch.softmax(logits[:, sot_index].float(), dim=-1)[:, special.no_speech].tolist()
 
     @staticmethod
     def _needs_fallback(result: WindowResult, options: DecodeOptions) -> bool:
