@@ -84,7 +84,8 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
         batch = [[*rows[r][-tail:], *p.tokens, *[rows[r][-1]] * (width - len(p.tokens))]  # padding never verified
                  for r, p in zip(active, proposals)]
         logits = target.forward(torch.tensor(batch))
-        if prefilling:  # the first round, fed the rest of the prompt too
+        prefilled = prefilling  # this round's pass also read the rest of the prompt
+        if prefilling:
             if on_prefill:
                 on_prefill(logits[:, :tail])
             logits, tail, prefilling = logits[:, tail - 1:], 1, False
@@ -110,7 +111,7 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                 finished.append(r)
         if drafter:
             _learn(drafter, [rows[r] for r in active], verdicts)
-        for v in verdicts:
+        for v in verdicts if not prefilled else ():  # a pass that also read a prompt is no verify cost
             lookahead.update(v, t1 - t0, t2 - t1)
         if finished:
             keep = _survivors(len(active), [i for i, r in enumerate(active) if r in finished])
