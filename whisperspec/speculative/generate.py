@@ -84,11 +84,10 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
         batch = [[*rows[r][-tail:], *p.tokens, *[rows[r][-1]] * (width - len(p.tokens))]  # padding never verified
                  for r, p in zip(active, proposals)]
         logits = target.forward(torch.tensor(batch))
-        prefilled = prefilling  # this round's pass also read the rest of the prompt
-        if prefilling:
+        if prefilling:  # this round's pass also read the rest of the prompt
             if on_prefill:
                 on_prefill(logits[:, :tail])
-            logits, tail, prefilling = logits[:, tail - 1:], 1, False
+            logits = logits[:, tail - 1:]
         verdicts = [verify(rows[r], p, logits[i], filters[r], temperature, generator, noise)
                     for i, (r, p) in enumerate(zip(active, proposals))]
         target.rollback([len(rows[r]) + v.accepted for r, v in zip(active, verdicts)])  # all but the newest
@@ -111,8 +110,9 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                 finished.append(r)
         if drafter:
             _learn(drafter, [rows[r] for r in active], verdicts)
-        for v in verdicts if not prefilled else ():  # a pass that also read a prompt is no verify cost
+        for v in verdicts if not prefilling else ():  # a pass that also read a prompt is no verify cost
             lookahead.update(v, t1 - t0, t2 - t1)
+        tail, prefilling = 1, False
         if finished:
             keep = _survivors(len(active), [i for i, r in enumerate(active) if r in finished])
             active = [active[i] for i in keep]
