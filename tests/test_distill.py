@@ -134,3 +134,46 @@ def test_synthetic_speech_fits_the_window():
         utterance = synthesize_window(["A short sentence to say.", "Another one follows it."], rng, 6.0, engine)
         assert 1.0 < len(utterance.audio) / 16000 <= 6.0 and utterance.text, utterance.voice
         assert 0.05 < abs(utterance.audio).max() <= 1.0
+
+
+def test_recordings_become_windows_the_way_decoding_meets_them(tmp_path):
+    import soundfile as sf
+
+    from whisperspec.distill.recordings import label_recordings, recording_paths
+
+    rng = torch.Generator().manual_seed(0)
+    (tmp_path / "calls" / "more").mkdir(parents=True)
+    for index, seconds in enumerate([3, 4, 5, 2, 3, 4, 2, 3, 5, 4, 65]):  # ten short files and a long one
+        folder = tmp_path / "calls" / ("more" if index % 2 else "")
+        sf.write(folder / f"r{index:02d}.wav", (torch.randn(16000 * seconds, generator=rng) * 0.1).numpy(), 16000)
+    (tmp_path / "calls" / "notes.txt").write_text("not audio")
+    (tmp_path / "calls" / "zz-broken.wav").write_bytes(b"RIFF....WAVEfmt garbage")
+    sf.write(tmp_path / "calls" / "zz-silent.wav", torch.zeros(16000 * 3).numpy(), 16000)
+    paths = recording_paths([str(tmp_path / "calls")])
+    assert sorted(p.name for p in paths) == [f"r{i:02d}.wav" for i in range(11)] + ["zz-broken.wav", "zz-silent.wav"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no audio"):
+        recording_paths([str(tmp_path / "empty")])
+
+    runtime = tiny_runtime(5, dtype=torch.float32)
+    runtime.max_length = 60  # random models babble: keep labelling short
+    with pytest.warns(UserWarning, match="zz-broken.wav"):  # named, skipped, the rest goes on (as the silent one)
+        train_shards, val_shards = label_recordings(runtime, paths, ["A sentence to prompt with."],
+                                                    tmp_path / "labels", shard_size=8)
+    train_set, val_set = load_examples_of(train_shards), load_examples_of(val_shards)
+    # validation: every tenth path (more/r01 and r10): r10 is 65 s long -> three 30-s windows, r01
+    # gives two (alone, and through a channel with timestamps); training: 9 short files twice + 3 joined
+    assert len(val_set) == 2 + 3 and len(train_set) == 9 * 2 + 9 // 3
+    assert all(e.encoder_hidden.shape[0] == 1500 for e in train_set + val_set)
+    with_timestamps = [runtime.special.no_timestamps not in e.tokens[:e.sample_begin] for e in train_set]
+    assert 9 <= sum(with_timestamps) < len(train_set)  # each short file once with timestamps, once without
+    with pytest.warns(UserWarning, match="zz-broken.wav"):
+        again = label_recordings(runtime, paths, ["A sentence to prompt with."], tmp_path / "labels", shard_size=8)
+    assert again == (train_shards, val_shards)  # cached: a second run labels nothing
+    assert all(p.stat().st_mtime_ns == q.stat().st_mtime_ns for p, q in zip(train_shards, again[0]))
+
+
+def load_examples_of(paths):
+    from whisperspec.distill.labels import load_examples
+
+    return load_examples(paths)

@@ -59,6 +59,26 @@ def test_asterisk_recipe_when_installed():
     assert len(utterances) == 5 and all(Path(u.audio).is_file() and u.text for u in utterances)
 
 
+
+def test_the_distillation_split_is_read_by_no_evaluation():
+    if not Path("/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz").is_file():
+        pytest.skip("sudo apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-g722")
+    from whisperspec.evaluation import asterisk
+
+    kept = {u.id for u in load_dataset("asterisk-en-distill")}
+    evaluated = {u.id for u in load_dataset("asterisk-en")}
+    joined = " ".join(u.text for u in load_dataset("asterisk-en-long"))
+    assert kept and not kept & evaluated and len(kept | evaluated) == len(asterisk.prompts("en"))
+    assert not any(asterisk.prompts("en")[i].id in kept for i in range(129))  # what the long-form files join
+    assert sum(len(g) for g in asterisk._long_form_groups(asterisk.prompts("en"))) == 129
+    assert all(u.text not in joined for u in load_dataset("asterisk-en-distill") if len(u.text) > 30)
+    # nor any clip the project decodes outside the evaluation sets: the bench clips and the sample
+    decoded = {p.stem for p in (Path(__file__).parent / "data").glob("*.flac")} | {"queue-youarenext"}
+    assert decoded <= evaluated and not any(name.startswith(asterisk.RESERVED_FAMILIES) for name in kept)
+    # the split changed nothing for `--limit N` up to what the long-form files join
+    assert [u.id for u in load_dataset("asterisk-en", limit=129)] == [u.id for u in asterisk.prompts("en")[:129]]
+
+
 def test_wer_and_cer_against_hand_counts():
     one_deletion = score(["the cat sat on the mat"], ["the cat sat on mat"], "en")
     assert one_deletion.wer == pytest.approx(1 / 6) and one_deletion.deletions == 1

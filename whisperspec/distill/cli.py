@@ -1,15 +1,19 @@
-"""`whisperspec distill`: train a draft decoder for a main model, offline, on synthetic speech.
+"""`whisperspec distill`: train a draft decoder for a main model, offline, on synthetic speech
+and, if given, unlabelled recordings.
 
     whisperspec distill --model base --windows 1280 --out my-draft.safetensors  [--init DRAFT --seed 2]
+    whisperspec distill --init DRAFT --audio my-recordings/ --out my-draft.safetensors
 
 1. sentences from Debian's `fortunes` (or --corpus FILE), spoken by espeak-ng, Flite and Piper voices;
+   with --audio, windows of real recordings as well (`whisperspec.distill.recordings`);
 2. labelled by the main model (greedy tokens, decoder hidden states), cached shard by shard;
 3. a draft of --layers copies of main decoder layers (or --init: a trained draft's layers) trained to
    imitate it, best held-out epoch kept;
 4. saved as a small file of its own weights (`whisperspec.models.drafts`): `--draft FILE`, or
    `--draft trained` for the one shipped in whisperspec/assets for the main model.
-Held-out windows are spoken from sentences kept out of training. Targets come from the main model,
-so no transcripts are needed; no evaluation audio or text is used.
+Held-out windows are spoken from sentences kept out of training (and, with --audio, are every
+tenth recording). Targets come from the main model, so no transcripts are needed; no evaluation
+audio or text is used (asterisk-en-distill is a split no evaluation set reads).
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="average the encoder frames the draft's cross-attention reads in groups of this many "
                              "(a cheaper draft step; default: as --init's draft, else 1)")
     parser.add_argument("--dropout", type=float, default=0.1, help="on the draft layers' residual branches while training")
+    parser.add_argument("--audio", nargs="+", default=None, metavar="PATH",
+                        help="unlabelled recordings to train on as well: files, folders, .jsonl manifests or "
+                             "a data set name (asterisk-en-distill); every tenth file is kept for validation")
     parser.add_argument("--corpus", type=Path, default=None, help="text file (default: Debian fortunes)")
     parser.add_argument("--data-dir", type=Path, default=None, help="labelled shards (default: in the cache)")
     args = parser.parse_args(argv)
@@ -69,6 +76,12 @@ def distill(args) -> dict:
     val_paths = build_dataset(runtime, sentences[-held:], data / "val", args.val_windows, seed=1)
     train_folder = data / ("train" if args.seed == 0 else f"train-seed{args.seed}")
     train_paths = build_dataset(runtime, sentences[:-held], train_folder, args.windows, seed=args.seed)
+    if args.audio:
+        from whisperspec.distill.recordings import label_recordings, recording_paths
+
+        real_train, real_val = label_recordings(runtime, recording_paths(args.audio), sentences[:-held], data,
+                                                seed=args.seed)
+        train_paths, val_paths = train_paths + real_train, val_paths + real_val
     label_seconds = time.perf_counter() - started
     train_set, val_set = load_examples(train_paths), load_examples(val_paths)
 
@@ -85,7 +98,7 @@ def distill(args) -> dict:
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
     best = train(trainer, train_set, val_set, config)
     report = {"model": args.model, "layers": args.layers, "init": args.init and Path(args.init).name,
-              "seed": args.seed, "vocab_size_kept": args.vocab, "cross_pool": pool, "dropout": args.dropout,
+              "seed": args.seed, "audio": args.audio, "vocab_size_kept": args.vocab, "cross_pool": pool, "dropout": args.dropout,
               "train_windows": len(train_set), "val_windows": len(val_set),
               "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
               "label_seconds": round(label_seconds), **{k: round(v, 4) for k, v in best.items()},

@@ -58,7 +58,7 @@ def label_shard(runtime: WhisperRuntime, sentences: list[str], seed: int, size: 
             seconds = rng.uniform(2, 8) if rng.random() < 0.2 else rng.uniform(18, 29)
             picked = rng.sample(sentences, 14)
             audio.append(synthesize_window(picked, rng, seconds, rng.choice(engines)).audio)
-            prompts.append(_prompt(runtime, sentences, rng) if mode == "prompt" else [])
+            prompts.append(previous_text_prompt(runtime, sentences, rng) if mode == "prompt" else [])
         options = DecodeOptions(language="en", timestamps=mode == "timestamps", temperatures=(0.0,))
         examples += label_windows(runtime, audio, prompts, options)
     return examples
@@ -82,7 +82,7 @@ def label_windows(runtime: WhisperRuntime, audio: list, prompts: list[list[int]]
             for row, (s, r) in enumerate(zip(sequences, results))]
 
 
-def _prompt(runtime: WhisperRuntime, sentences: list[str], rng: random.Random) -> list[int]:
+def previous_text_prompt(runtime: WhisperRuntime, sentences: list[str], rng: random.Random) -> list[int]:
     """A previous-text prompt of exactly PROMPT_TOKENS tokens, as long-form decoding would pass."""
     tokens: list[int] = []
     while len(tokens) < PROMPT_TOKENS:

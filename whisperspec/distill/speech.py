@@ -107,24 +107,24 @@ def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: flo
                       engine: type = Espeak) -> Utterance:
     """Speak those of `sentences` that fit in `max_seconds`, in one voice of `engine`, with pauses."""
     engine = engine(rng)
-    pieces, spoken, total = [_silence(rng.uniform(0.1, 1.0))], [], 0.0
+    pieces, spoken, total = [silence(rng.uniform(0.1, 1.0))], [], 0.0
     for sentence in sentences:
         audio = engine(sentence)
-        pause = _silence(rng.uniform(0.2, 0.9))
+        pause = silence(rng.uniform(0.2, 0.9))
         seconds = (len(audio) + len(pause)) / SAMPLE_RATE
         if total + seconds > max_seconds:
             continue  # a shorter sentence further on may still fit
         pieces += [audio, pause]
         spoken.append(sentence)
         total += seconds
-    return Utterance(_channel(np.concatenate(pieces), rng), " ".join(spoken), str(engine))
+    return Utterance(random_channel(np.concatenate(pieces), rng), " ".join(spoken), str(engine))
 
 
-def _silence(seconds: float) -> np.ndarray:
+def silence(seconds: float) -> np.ndarray:
     return np.zeros(int(seconds * SAMPLE_RATE), dtype=np.float32)
 
 
-def _channel(audio: np.ndarray, rng: random.Random) -> np.ndarray:
+def random_channel(audio: np.ndarray, rng: random.Random) -> np.ndarray:
     """A random recording channel: level, telephone band (8 kHz), background noise."""
     if rng.random() < 0.4:
         audio = librosa.resample(librosa.resample(audio, orig_sr=SAMPLE_RATE, target_sr=8000),

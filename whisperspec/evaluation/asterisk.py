@@ -22,6 +22,9 @@ from whisperspec.evaluation.datasets import Utterance, read_manifest, write_mani
 SOUNDS = {"en": "/usr/share/asterisk/sounds/en_US_f_Allison", "es": "/usr/share/asterisk/sounds/es_MX_f_Allison"}
 TRANSCRIPTS = "/usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz"
 SAMPLE_RATE = 16000
+# Prompt families of the clips decoded outside the evaluation sets (the bench clips in tests/data
+# and the README's data/sample.flac): no prompt of theirs is ever distillation audio.
+RESERVED_FAMILIES = ("agent-", "basic-pbx-", "privacy-", "ss-", "tt-", "vm-", "queue-")
 
 
 def reference_text(text: str) -> str | None:
@@ -77,24 +80,50 @@ def prompts(language: str = "en") -> list[Utterance]:
     return read_manifest(write_manifest(utterances, manifest))
 
 
+def distill_prompts(language: str = "en") -> list[Utterance]:
+    """The prompts no evaluation reads, for `whisperspec distill --audio` (unlabelled real speech of
+    the evaluation's speaker and channel, a disjoint split): every prompt after those the long-form
+    files join, except the RESERVED_FAMILIES. The set `asterisk-{language}` leaves them out."""
+    pool = prompts(language)
+    used = sum(len(group) for group in _long_form_groups(pool))
+    return [u for u in pool[used:] if not u.id.startswith(RESERVED_FAMILIES)]
+
+
+def evaluation_prompts(language: str = "en") -> list[Utterance]:
+    """Every prompt with speech but the distillation split, in name order (so `--limit N` reads the
+    first N, as before the split existed)."""
+    held = {u.id for u in distill_prompts(language)}
+    return [u for u in prompts(language) if u.id not in held]
+
+
+def _long_form_groups(pool: list[Utterance], minutes: float = 3.0, files: int = 4) -> list[list[Utterance]]:
+    """Consecutive prompts, one group per long-form file, each a little over `minutes` long."""
+    groups, cursor = [], 0
+    for _ in range(files):
+        group, seconds = [], 0.0
+        while seconds < minutes * 60 and cursor < len(pool):
+            group.append(pool[cursor])
+            seconds += pool[cursor].duration + 1
+            cursor += 1
+        if group:
+            groups.append(group)
+    return groups
+
+
 def long_form(language: str = "en", minutes: float = 3.0, files: int = 4) -> list[Utterance]:
     """Prompts joined (1 s of silence between) into multi-minute files with joined references."""
     manifest = cache_dir() / "datasets" / f"asterisk-{language}-long" / "manifest.jsonl"
     if manifest.is_file():
         return read_manifest(manifest)
     pause = np.zeros(SAMPLE_RATE, dtype=np.float32)
-    pool, utterances = prompts(language), []
-    cursor = 0
-    for index in range(files):
+    utterances = []
+    for index, group in enumerate(_long_form_groups(prompts(language), minutes, files)):
         pieces, texts, seconds = [], [], 0.0
-        while seconds < minutes * 60 and cursor < len(pool):
-            samples, _ = sf.read(pool[cursor].audio, dtype="float32")
+        for prompt in group:
+            samples, _ = sf.read(prompt.audio, dtype="float32")
             pieces += [samples, pause]
-            texts.append(pool[cursor].text)
+            texts.append(prompt.text)
             seconds += len(samples) / SAMPLE_RATE + 1
-            cursor += 1
-        if not pieces:
-            break
         target = manifest.parent / f"long-{index:02d}.flac"
         target.parent.mkdir(parents=True, exist_ok=True)
         sf.write(target, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")

@@ -103,11 +103,14 @@ def _decoded(audio):
 
 def load_dataset(name_or_path: str, limit: int | None = None) -> list[Utterance]:
     """A manifest (.jsonl), a folder with sidecars, hf:NAME[:CONFIG[:SPLIT]], or a built-in name:
-    asterisk-en, asterisk-es, asterisk-en-long."""
+    asterisk-en, asterisk-es, asterisk-en-long, and asterisk-en-distill (the prompts kept for
+    `whisperspec distill --audio`, never in an evaluation set)."""
     from whisperspec.evaluation import asterisk
 
-    builders = {"asterisk-en": lambda: asterisk.prompts("en"), "asterisk-es": lambda: asterisk.prompts("es"),
-                "asterisk-en-long": lambda: asterisk.long_form("en")}
+    builders = {"asterisk-en": lambda: asterisk.evaluation_prompts("en"),
+                "asterisk-es": lambda: asterisk.evaluation_prompts("es"),
+                "asterisk-en-long": lambda: asterisk.long_form("en"),
+                "asterisk-en-distill": lambda: asterisk.distill_prompts("en")}
     path = Path(name_or_path)
     if name_or_path.startswith("hf:"):
         return huggingface_dataset(name_or_path, limit)
