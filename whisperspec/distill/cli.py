@@ -1,7 +1,7 @@
 """`whisperspec distill`: train a draft decoder for a main model, offline, on synthetic speech
 and, if given, unlabelled recordings.
 
-    whisperspec distill --model base --windows 1280 --out my-draft.safetensors  [--init DRAFT --seed 2]
+    whisperspec distill --model base --out my-draft.safetensors  [--init DRAFT --seed 2]
     whisperspec distill --init DRAFT --audio my-recordings/ --out my-draft.safetensors
 
 1. sentences from Debian's `fortunes` (or --corpus FILE), spoken by espeak-ng, Flite and Piper voices;
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base")
     parser.add_argument("--out", type=Path, required=True, help="the draft file to write (.safetensors)")
-    parser.add_argument("--windows", type=int, default=1280, help="synthetic 30-s windows to train on")
+    parser.add_argument("--windows", type=int, default=1024, help="synthetic 30-s windows to train on")
     parser.add_argument("--val-windows", type=int, default=64)
     parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
     parser.add_argument("--init", type=Path, default=None,
@@ -41,12 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="of the training windows (a new seed: new windows)")
     parser.add_argument("--vocab", type=int, default=24576,
                         help="text tokens the draft scores (the most frequent in the labels and the corpus)")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--cross-pool", type=int, default=None,
                         help="average the encoder frames the draft's cross-attention reads in groups of this many "
-                             "(a cheaper draft step; default: as --init's draft, else 1)")
+                             "(a cheaper draft step; default: as --init's draft, else 4)")
     parser.add_argument("--dropout", type=float, default=0.1, help="on the draft layers' residual branches while training")
     parser.add_argument("--audio", nargs="+", default=None, metavar="PATH",
                         help="unlabelled recordings to train on as well: files, folders, .jsonl manifests or "
@@ -90,7 +90,7 @@ def distill(args) -> dict:
         draft, _ = load_draft(args.init, main_model)
     else:
         draft = draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
-    pool = args.cross_pool or getattr(draft.config, "cross_attention_pool", 1)
+    pool = args.cross_pool or (getattr(draft.config, "cross_attention_pool", 1) if args.init else 4)
     corpus = [runtime.tokenizer.encode(" " + s, add_special_tokens=False) for s in sentences[:-held]]
     vocab_ids = draft_vocabulary(train_set, runtime.vocab_size, runtime.special.eot, args.vocab, corpus)
     trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight, dropout=args.dropout,
