@@ -108,8 +108,18 @@ def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: flo
     """Speak those of `sentences` that fit in `max_seconds`, in one voice of `engine`, with pauses."""
     engine = engine(rng)
     pieces, spoken, total = [silence(rng.uniform(0.1, 1.0))], [], 0.0
+    per_char = []  # seconds of speech per character, from this voice's sentences so far
     for sentence in sentences:
+        room = max_seconds - total
+        if room < 1.0:
+            break  # no sentence is that short
+        if per_char and max(per_char) * len(sentence) > 1.3 * room:
+            # far too long at this voice's rate: not spoken at all. Most of a window's 14 candidates
+            # do not fit, and speaking every one took 2.6x as long (24 windows: 18.0 s, not 6.8 s,
+            # the windows as full)
+            continue
         audio = engine(sentence)
+        per_char.append(len(audio) / SAMPLE_RATE / len(sentence))
         pause = silence(rng.uniform(0.2, 0.9))
         seconds = (len(audio) + len(pause)) / SAMPLE_RATE
         if total + seconds > max_seconds:
