@@ -98,12 +98,17 @@ def build_dataset(runtime: WhisperRuntime, sentences: list[str], folder: Path, w
     for index in tqdm(range((windows + shard_size - 1) // shard_size), desc=f"labelling {folder.name}", unit="shard"):
         path = folder / f"shard-{index:04d}.pt"
         if not path.is_file():
-            examples = label_shard(runtime, sentences, seed * 100_003 + index, shard_size)
-            tmp = path.with_suffix(".tmp")
-            torch.save([vars(e) for e in examples], tmp)
-            tmp.rename(path)
+            save_shard(label_shard(runtime, sentences, seed * 100_003 + index, shard_size), path)
         paths.append(path)
     return paths
+
+
+def save_shard(examples: list[Example], path: Path) -> None:
+    """Write atomically: an interrupted run never leaves a half shard that a rerun would trust."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save([vars(e) for e in examples], tmp)
+    tmp.rename(path)
 
 
 def load_examples(paths: list[Path]) -> list[Example]:

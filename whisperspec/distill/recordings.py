@@ -19,11 +19,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from whisperspec.audio import SAMPLE_RATE, AudioError, is_silent, load_audio
-from whisperspec.distill.labels import label_windows, previous_text_prompt
+from whisperspec.distill.labels import label_windows, previous_text_prompt, save_shard
 from whisperspec.distill.speech import random_channel, silence
 from whisperspec.evaluation.datasets import AUDIO_SUFFIXES, load_dataset, read_manifest
 from whisperspec.whisper.decode import DecodeOptions
@@ -75,9 +74,7 @@ def label_recordings(runtime: WhisperRuntime, paths: list[Path], sentences: list
                     audio = [w[1] for w in batch if w[0] == mode]
                     prompts = [previous_text_prompt(runtime, sentences, rng) if mode == "prompt" else [] for _ in audio]
                     examples += label_windows(runtime, audio, prompts, MODES[mode])
-                path.parent.mkdir(parents=True, exist_ok=True)
-                torch.save([vars(e) for e in examples], path.with_suffix(".tmp"))
-                path.with_suffix(".tmp").rename(path)
+                save_shard(examples, path)
             shards[name].append(path)
     return shards["train"], shards["val"]
 

@@ -83,7 +83,7 @@ def prompts(language: str = "en") -> list[Utterance]:
 def distill_prompts(language: str = "en") -> list[Utterance]:
     """The prompts no evaluation reads, for `whisperspec distill --audio` (unlabelled real speech of
     the evaluation's speaker and channel, a disjoint split): every prompt after those the long-form
-    files join, except the RESERVED_FAMILIES. The set `asterisk-{language}` leaves them out."""
+    files join, except the RESERVED_FAMILIES. The set `asterisk-en` leaves them out."""
     pool = prompts(language)
     used = sum(len(group) for group in _long_form_groups(pool))
     return [u for u in pool[used:] if not u.id.startswith(RESERVED_FAMILIES)]

@@ -108,7 +108,7 @@ def load_dataset(name_or_path: str, limit: int | None = None) -> list[Utterance]
     from whisperspec.evaluation import asterisk
 
     builders = {"asterisk-en": lambda: asterisk.evaluation_prompts("en"),
-                "asterisk-es": lambda: asterisk.evaluation_prompts("es"),
+                "asterisk-es": lambda: asterisk.prompts("es"),  # no distillation split in Spanish
                 "asterisk-en-long": lambda: asterisk.long_form("en"),
                 "asterisk-en-distill": lambda: asterisk.distill_prompts("en")}
     path = Path(name_or_path)
