@@ -16,7 +16,7 @@ import torch
 from tests.tiny_models import tiny_runtime
 from whisperspec.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram
 from whisperspec.distill.corpus import sentences
-from whisperspec.distill.labels import Example, label_windows
+from whisperspec.distill.labels import Example, label_windows, load_examples
 from whisperspec.distill.train import DraftTrainer, TrainConfig, draft_vocabulary, train
 from whisperspec.drafting import trained_drafter
 from whisperspec.models.drafts import load_draft, read_metadata, save_draft
@@ -160,7 +160,7 @@ def test_recordings_become_windows_the_way_decoding_meets_them(tmp_path):
     with pytest.warns(UserWarning, match="zz-broken.wav"):  # named, skipped, the rest goes on (as the silent one)
         train_shards, val_shards = label_recordings(runtime, paths, ["A sentence to prompt with."],
                                                     tmp_path / "labels", shard_size=8)
-    train_set, val_set = load_examples_of(train_shards), load_examples_of(val_shards)
+    train_set, val_set = load_examples(train_shards), load_examples(val_shards)
     # validation: every tenth path (more/r01 and r10): r10 is 65 s long -> three 30-s windows, r01
     # gives two (alone, and through a channel with timestamps); training: 9 short files twice + 3 joined
     assert len(val_set) == 2 + 3 and len(train_set) == 9 * 2 + 9 // 3
@@ -171,9 +171,3 @@ def test_recordings_become_windows_the_way_decoding_meets_them(tmp_path):
         again = label_recordings(runtime, paths, ["A sentence to prompt with."], tmp_path / "labels", shard_size=8)
     assert again == (train_shards, val_shards)  # cached: a second run labels nothing
     assert all(p.stat().st_mtime_ns == q.stat().st_mtime_ns for p, q in zip(train_shards, again[0]))
-
-
-def load_examples_of(paths):
-    from whisperspec.distill.labels import load_examples
-
-    return load_examples(paths)

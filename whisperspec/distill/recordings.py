@@ -21,14 +21,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from whisperspec.audio import SAMPLE_RATE, AudioError, is_silent, load_audio
+from whisperspec.audio import N_SAMPLES, SAMPLE_RATE, AudioError, is_silent, load_audio
 from whisperspec.distill.labels import label_windows, previous_text_prompt, save_shard
 from whisperspec.distill.speech import random_channel, silence
 from whisperspec.evaluation.datasets import AUDIO_SUFFIXES, load_dataset, read_manifest
 from whisperspec.whisper.decode import DecodeOptions
 from whisperspec.whisper.model import WhisperRuntime
 
-WINDOW = 30 * SAMPLE_RATE
 MODES = {"plain": DecodeOptions(language="en", temperatures=(0.0,)),
          "timestamps": DecodeOptions(language="en", timestamps=True, temperatures=(0.0,)),
          "prompt": DecodeOptions(language="en", temperatures=(0.0,))}  # with a previous-text prompt
@@ -90,9 +89,9 @@ def _windows(paths: list[Path], rng: random.Random, join: bool) -> list[tuple[st
             continue
         if is_silent(audio):
             continue  # the main model would only invent words here: nothing worth imitating
-        if len(audio) > WINDOW:
-            for start in range(0, len(audio) - SAMPLE_RATE, WINDOW):  # a last second alone is no window
-                windows.append((rng.choices(list(MODES), weights=[2, 1, 1])[0], audio[start:start + WINDOW]))
+        if len(audio) > N_SAMPLES:
+            for start in range(0, len(audio) - SAMPLE_RATE, N_SAMPLES):  # a last second alone is no window
+                windows.append((rng.choices(list(MODES), weights=[2, 1, 1])[0], audio[start:start + N_SAMPLES]))
         else:
             windows += [("plain", audio), ("timestamps", random_channel(audio, rng))]
             short.append(audio)
@@ -109,4 +108,4 @@ def _joined(short: list[np.ndarray], rng: random.Random) -> np.ndarray:
         pause = silence(rng.uniform(0.2, 1.2))
         pieces += [audio, pause]
         seconds += (len(audio) + len(pause)) / SAMPLE_RATE
-    return np.clip(np.concatenate(pieces)[:WINDOW - SAMPLE_RATE], -1, 1)
+    return np.clip(np.concatenate(pieces)[:N_SAMPLES - SAMPLE_RATE], -1, 1)
