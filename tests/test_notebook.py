@@ -9,17 +9,22 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
-@pytest.mark.real
-def test_evaluation_notebook_executes(monkeypatch):
+def execute(name: str, timeout: int) -> list:
+    """Run notebooks/`name` from top to bottom; the outputs of its code cells."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+
+
+@pytest.mark.real
+def test_evaluation_notebook_executes(monkeypatch):
     pytest.importorskip("faster_whisper")
     monkeypatch.setenv("WHISPERSPEC_NOTEBOOK_LIMIT", "2")
     monkeypatch.setenv("WHISPERSPEC_NOTEBOOK_MODEL", "tiny.en")
-    notebook = nbformat.read(NOTEBOOKS / "evaluation.ipynb", as_version=4)
-    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    outputs = execute("evaluation.ipynb", timeout=300)
     assert any(o.output_type == "display_data" and "image/png" in o.get("data", {}) for o in outputs)
     assert any("faster-whisper:int8" in str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
 
@@ -27,14 +32,9 @@ def test_evaluation_notebook_executes(monkeypatch):
 @pytest.mark.real
 def test_draft_ceiling_notebook_executes(monkeypatch):
     """The ranks -> chains and trees -> needed acceptance analysis behind the README's decode-phase notes."""
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("WHISPERSPEC_NOTEBOOK_REPEATS", "2")
-    notebook = nbformat.read(NOTEBOOKS / "draft_ceiling.ipynb", as_version=4)
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
-                     for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
+                     for o in execute("draft_ceiling.ipynb", timeout=600))
     assert "6 clips" in text and "| rank of base's token | share |" in text
     assert "best chain: chain k=" in text and "best tree: tree depth" in text
     assert "| lookahead k | needed, this draft | needed, a free draft |" in text

@@ -81,17 +81,22 @@ def median_ms(run, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def print_verify_cost(runtime, window) -> None:
+def verify_costs(runtime, window, widths=range(1, 10), repeats: int = 15) -> dict[int, float]:
+    """Median ms of one main decoder pass over n new tokens after 20 cached ones, for each n in `widths`."""
     decoder = runtime.decoder
     decoder.start(window.hidden)
     decoder.forward(torch.full((1, 20), runtime.special.sot))
-    tokens = torch.full((1, 9), 440)
+    tokens = torch.full((1, max(widths)), 440)
 
     def run(n):
         decoder.forward(tokens[:, :n])
         decoder.rollback(20)
 
-    costs = {n: median_ms(lambda: run(n), 15) for n in range(1, 10)}
+    return {n: median_ms(lambda: run(n), repeats) for n in widths}
+
+
+def print_verify_cost(runtime, window) -> None:
+    costs = verify_costs(runtime, window)
     print("## Verify cost: one decoder pass over n new tokens\n")
     print("| n | " + " | ".join(str(n) for n in costs) + " |")
     print("|---|" + "---|" * len(costs))
