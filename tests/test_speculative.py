@@ -91,6 +91,30 @@ def test_verify_passes_score_like_one_token_steps(timestamps):
         assert count.max_difference < 1e-9
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_single_row_pass_is_the_eager_pass_bit_for_bit(dtype):
+    """One row runs a TorchScript copy of the pass (`whisperspec.whisper.single_row`): for the main
+    decoder and an int8 draft, one token and several, the same logits, cache and lengths."""
+    runtime = tiny_runtime(0, dtype=dtype)
+    draft = make_drafter("int8", runtime).model
+    window = runtime.encode(random_mel(0, dtype=dtype))
+    feeds = [[50257, 50362], [440], [262, 13, 314], [11]]
+    for decoder, head in ((runtime.decoder, None), (draft.decoder, draft.head)):
+        runs = []
+        for compiled in (False, True):
+            decoder.single_row_passes.clear()
+            if not compiled:
+                decoder.single_row_passes[head or decoder.head] = None  # the eager pass
+            runtime.decoder.start(window.hidden)
+            draft.start_window(window)
+            logits = [decoder.forward(torch.tensor([feed]), head=head) for feed in feeds]
+            cache = [t[:, :, :7].clone() for pair in decoder.self_kv for t in pair]
+            runs.append([*logits, *cache, decoder.lengths.clone(), decoder.fed_tokens[:, :7].clone()])
+        assert decoder.single_row_passes[head or decoder.head] is not None
+        eager, compiled = runs
+        assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+
+
 @pytest.mark.parametrize("timestamps", [False, True])
 def test_batched_rows_equal_their_single_row_decodes(timestamps):
     runtime = tiny_runtime(5)

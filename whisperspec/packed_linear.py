@@ -52,10 +52,11 @@ class PackedLinear(nn.Module):
         self.bias = None if bias is None else bias.detach()
         self.packed = packed_weight(self.weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None or x.dtype != torch.float32 or torch.is_grad_enabled():
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-able (`whisperspec.whisper.single_row`)
+        packed = self.packed
+        if packed is None or x.dtype != torch.float32 or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        return onednn_linear(x, self.packed, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, gelu: bool = False,
