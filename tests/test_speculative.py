@@ -93,7 +93,7 @@ def test_verify_passes_score_like_one_token_steps(timestamps):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_compiled_single_row_pass_is_the_eager_pass_bit_for_bit(dtype):
-    """One row runs a TorchScript copy of the pass (`whisperspec.whisper.single_row`): for the main
+    """One row runs a TorchScript copy of the pass (`whisperspec.whisper.decoder_pass`): for the main
     decoder and an int8 draft, one token and several, the same logits, cache and lengths."""
     runtime = tiny_runtime(0, dtype=dtype)
     draft = make_drafter("int8", runtime).model

@@ -52,7 +52,7 @@ class PackedLinear(nn.Module):
         self.bias = None if bias is None else bias.detach()
         self.packed = packed_weight(self.weight)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-able (`whisperspec.whisper.single_row`)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-able (`whisperspec.whisper.decoder_pass`)
         packed = self.packed
         if packed is None or x.dtype != torch.float32 or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)

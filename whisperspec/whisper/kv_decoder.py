@@ -19,12 +19,11 @@ step; the encoder output itself is never recomputed.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from whisperspec.int8_linear import Int8Linear
 from whisperspec.packed_linear import PackedLinear, packed_copy
-from whisperspec.whisper.single_row import script_single_row_pass
+from whisperspec.whisper.decoder_pass import DecoderLayer, script_single_row_pass
 
 
 class KVDecoder:
@@ -39,6 +38,7 @@ class KVDecoder:
         self.n_heads, self.head_dim = attn.num_heads, attn.head_dim
         self.scaling = attn.scaling
         self.n_layers = len(self.layers)
+        self.layer_passes = [DecoderLayer(layer, self.n_heads, self.head_dim, self.scaling) for layer in self.layers]
         # >1: cross-attention reads the encoder frames averaged in groups of this many (a draft
         # trained so: its step reads that much less), see `pool_frames`
         self.cross_pool = cross_pool
@@ -152,7 +152,7 @@ class KVDecoder:
 
         With `exit_layer=E` only the first E layers run (the early-exit draft); the final layer norm
         and a head (`head`, e.g. a reduced-vocabulary one; default the model's) still apply.
-        A batch of one row without an early exit runs the same pass compiled (`single_row`).
+        A batch of one row without an early exit runs the same pass compiled (`decoder_pass`).
         """
         head = head or self.head
         if self.batch_size == 1 and exit_layer is None and self.exit_layer is None:
@@ -189,50 +189,16 @@ class KVDecoder:
             self.fed_tokens.scatter_(1, positions, tokens)
         mask = self._attention_mask(positions)
         for index in range(first, top):
-            hidden = self._layer(index, hidden, positions, mask)
+            hidden = self.layer_passes[index](hidden, positions, mask, *self.self_kv[index], *self.cross_kv[index])
             self.lengths[index] = positions[:, -1] + 1
         if exit_layer:
             self.exit_layer = exit_layer
             self.exit_hidden.scatter_(1, positions[:, :, None].expand(-1, -1, hidden.shape[-1]), hidden)
         return hidden
 
-    def _layer(self, index: int, hidden, positions, mask) -> torch.Tensor:
-        layer = self.layers[index]
-        # self-attention over the cache (past positions + these tokens)
-        x = layer.self_attn_layer_norm(hidden)
-        attn = layer.self_attn
-        q = self._heads(attn.q_proj(x) * self.scaling)
-        k_cache, v_cache = self.self_kv[index]
-        self._write(k_cache, positions, self._heads(attn.k_proj(x)))
-        self._write(v_cache, positions, self._heads(attn.v_proj(x)))
-        end = int(positions.max()) + 1
-        out = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
-        hidden = hidden + attn.out_proj(self._merge(out))
-        # cross-attention on the window's encoder output (K/V precomputed in `start`)
-        x = layer.encoder_attn_layer_norm(hidden)
-        cross = layer.encoder_attn
-        q = self._heads(cross.q_proj(x) * self.scaling)
-        k, v = self.cross_kv[index]
-        out = F.scaled_dot_product_attention(q, k, v, scale=1.0)
-        hidden = hidden + cross.out_proj(self._merge(out))
-        # feed-forward
-        x = layer.final_layer_norm(hidden)
-        return hidden + layer.fc2(layer.activation_fn(layer.fc1(x)))
-
     # ---------------------------------------------------------------- helpers
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
         return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
-
-    def _merge(self, x: torch.Tensor) -> torch.Tensor:  # [b, h, n, dh] -> [b, n, d]
-        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
-
-    def _write(self, cache: torch.Tensor, positions: torch.Tensor, values: torch.Tensor) -> None:
-        if self.batch_size == 1:  # the common case: a slice, no scatter
-            first = int(positions[0, 0])
-            cache[:, :, first:first + values.shape[2]] = values
-        else:
-            index = positions[:, None, :, None].expand(-1, self.n_heads, -1, self.head_dim)
-            cache.scatter_(2, index, values)
 
     def _attention_mask(self, positions: torch.Tensor) -> torch.Tensor | None:
         """Query i of row b may see keys 0..positions[b, i]: causal, and blind to other rows' padding."""
