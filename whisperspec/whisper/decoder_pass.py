@@ -29,6 +29,19 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def split_heads(x: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
+    return x.view(x.shape[0], x.shape[1], n_heads, head_dim).transpose(1, 2)
+
+
+def attention_mask(positions: torch.Tensor) -> torch.Tensor | None:
+    """Query i of row b may see keys 0..positions[b, i]: causal, and blind to other rows' padding.
+    None for one token of one row: every cached key is visible."""
+    if positions.shape[0] == 1 and positions.shape[1] == 1:
+        return None
+    keys = torch.arange(int(positions.max()) + 1)
+    return (keys[None, None, :] <= positions[:, :, None])[:, None]  # [b, 1, n, keys]
+
+
 class DecoderLayer(nn.Module):
     """A transformers `WhisperDecoderLayer`'s weights (shared, not copied) run over our cache:
     `hidden` [batch, n, d] at `positions` [batch, n]; `mask` [batch, 1, n, keys] or None when every
@@ -45,8 +58,8 @@ class DecoderLayer(nn.Module):
         self.ffn_norm, self.fc1, self.fc2 = layer.final_layer_norm, layer.fc1, layer.fc2
         self.n_heads, self.head_dim, self.scaling = n_heads, head_dim, scaling
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
-        return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return split_heads(x, self.n_heads, self.head_dim)
 
     def _merge(self, x: torch.Tensor) -> torch.Tensor:  # [b, h, n, dh] -> [b, n, d]
         return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
@@ -94,9 +107,7 @@ class SingleRowPass(nn.Module):
         n = tokens.shape[1]
         positions = position + torch.arange(n)[None]
         hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
-        mask: torch.Tensor | None = None
-        if n > 1:  # causal among the new tokens; every cached key is visible
-            mask = (torch.arange(position + n)[None, None, None, :] <= positions[:, None, :, None])
+        mask = attention_mask(positions)
         for i, layer in enumerate(self.layers):
             hidden = layer(hidden, positions, mask, k_caches[i], v_caches[i], k_cross[i], v_cross[i])
         return self.head(self.final_norm(hidden))

@@ -23,7 +23,7 @@ from torch import nn
 
 from whisperspec.int8_linear import Int8Linear
 from whisperspec.packed_linear import PackedLinear, packed_copy
-from whisperspec.whisper.decoder_pass import DecoderLayer, script_single_row_pass
+from whisperspec.whisper.decoder_pass import DecoderLayer, attention_mask, script_single_row_pass, split_heads
 
 
 class KVDecoder:
@@ -85,11 +85,13 @@ class KVDecoder:
                               pool_frames(v, self.cross_pool).to(dtype, copy=True)) for k, v in sources]
         else:
             encoder_hidden = encoder_hidden.to(dtype)  # a draft may run in another precision than the encoder
-            self.cross_kv = [
-                (pool_frames(self._heads(layer.encoder_attn.k_proj(encoder_hidden)), self.cross_pool),
-                 pool_frames(self._heads(layer.encoder_attn.v_proj(encoder_hidden)), self.cross_pool))
-                for layer in self.layers
-            ]
+
+            def project(projection: nn.Module) -> torch.Tensor:
+                heads = split_heads(projection(encoder_hidden), self.n_heads, self.head_dim)
+                return pool_frames(heads, self.cross_pool)
+
+            self.cross_kv = [(project(layer.encoder_attn.k_proj), project(layer.encoder_attn.v_proj))
+                             for layer in self.layers]
         shape = (batch, self.n_heads, self.max_length, self.head_dim)
         # The previous window's cache is reused when it fits: `lengths` says what is valid, and
         # masked keys only need finite values. Fresh zeros for every window cost ~17 ms each on
@@ -187,7 +189,7 @@ class KVDecoder:
         if hidden is None:
             hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
             self.fed_tokens.scatter_(1, positions, tokens)
-        mask = self._attention_mask(positions)
+        mask = attention_mask(positions)
         for index in range(first, top):
             hidden = self.layer_passes[index](hidden, positions, mask, *self.self_kv[index], *self.cross_kv[index])
             self.lengths[index] = positions[:, -1] + 1
@@ -197,16 +199,6 @@ class KVDecoder:
         return hidden
 
     # ---------------------------------------------------------------- helpers
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
-        return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
-
-    def _attention_mask(self, positions: torch.Tensor) -> torch.Tensor | None:
-        """Query i of row b may see keys 0..positions[b, i]: causal, and blind to other rows' padding."""
-        if self.batch_size == 1 and positions.shape[1] == 1:
-            return None  # one token, one row: every cached key is visible
-        keys = torch.arange(int(positions.max()) + 1)
-        return (keys[None, None, :] <= positions[:, :, None])[:, None]  # [b, 1, n, keys]
-
     def _reuse_early_exit(self, tokens: torch.Tensor, start: torch.Tensor):
         """If an early-exit draft already ran the lower layers on the first of `tokens`, start above them.
 
