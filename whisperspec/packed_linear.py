@@ -56,6 +56,7 @@ class PackedLinear(nn.Module):
         packed = self.packed
         if packed is None or x.dtype != torch.float32 or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
+        # `onednn_linear`'s plain case, written out: TorchScript takes no keyword-only arguments
         return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
 
 

@@ -171,20 +171,22 @@ class KVDecoder:
 
     def _single_row(self, tokens: torch.Tensor, compiled) -> torch.Tensor:
         position, n = int(self.lengths[-1, 0]), tokens.shape[1]
-        if position + n > self.max_length:
-            raise ValueError(f"decoder context is {self.max_length} positions; asked for {position + n}")
+        self._check_room(position + n)
         logits = compiled(tokens, position, [k for k, _ in self.self_kv], [v for _, v in self.self_kv],
                           [k for k, _ in self.cross_kv], [v for _, v in self.cross_kv])
         self.lengths[:, 0] = position + n
         self.fed_tokens[0, position:position + n] = tokens[0]
         return logits
 
+    def _check_room(self, positions_needed: int) -> None:
+        if positions_needed > self.max_length:
+            raise ValueError(f"decoder context is {self.max_length} positions; asked for {positions_needed}")
+
     def _hidden_states(self, tokens: torch.Tensor, exit_layer: int | None) -> torch.Tensor:
         top = exit_layer or self.n_layers
         start = self.lengths[top - 1].clone()  # where these tokens go, per row
         positions = start[:, None] + torch.arange(tokens.shape[1])
-        if int(positions.max()) >= self.max_length:
-            raise ValueError(f"decoder context is {self.max_length} positions; asked for {int(positions.max()) + 1}")
+        self._check_room(int(positions.max()) + 1)
         first, hidden = (0, None) if exit_layer else self._reuse_early_exit(tokens, start)
         if hidden is None:
             hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
