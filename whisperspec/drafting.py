@@ -4,7 +4,7 @@
     ngram[:N]         prompt lookup over the prompt / previous text (N = longest n-gram, default 3)
     early-exit[:E]    the main decoder's first E layers (default: all but the last)
     int8[:V]          int8 copy of the main decoder, head restricted to the V most frequent tokens
-    auto              the fastest drafter measured (see README: Benchmarks): the shipped trained
+    auto              the fastest drafter measured (see docs/BENCHMARKS.md): the shipped trained
                       draft where one exists for the model, else int8
     trained           the draft `whisperspec distill` trained for this model, shipped in
                       whisperspec/assets (base: 2 layers, 24576-token head), run with int8 weights
@@ -39,7 +39,7 @@ def make_drafter(spec: str, runtime: WhisperRuntime):
         return drafters.early_exit_drafter(runtime, exit_layer)
     if name == "int8":
         return drafters.int8_self_drafter(runtime, int(arg) if arg else 16384)
-    if name == "auto":  # measured on base (README: Benchmarks): trained beats int8, ngram gains nothing
+    if name == "auto":  # measured on base (docs/BENCHMARKS.md): trained beats int8, ngram gains nothing
         shipped = shipped_draft(runtime.model)
         return trained_drafter(shipped, runtime) if shipped else drafters.int8_self_drafter(runtime)
     if name == "trained":

@@ -116,7 +116,7 @@ class CostModel:
         return expected_tokens / cost
 
 
-# Measured fastest here, side by side (README: Benchmarks, decode phase, base with its trained
+# Measured fastest here, side by side (docs/BENCHMARKS.md, decode phase, base with its trained
 # draft): fixed 3 1.62x over plain greedy, cost 1.38x (an earlier machine: fixed 3 1.29x, fixed 2
 # 1.28x, cost 1.25x, heuristic 1.21x).
 DEFAULT_LOOKAHEAD = "3"
