@@ -9,7 +9,7 @@ model's greedy token, the one the verifier will compare with.
 Cross-attention keys/values over the 1500 encoder frames would cost most of a training step, so
 those two projections stay frozen (as copied from the main layers) and are computed once per
 window; everything else in the draft layers trains. `forward` below is the teacher-forced twin of
-`KVDecoder._layer` (which runs inference with a cache and cannot carry gradients).
+`decoder_pass.DecoderLayer` (which runs inference with a cache and cannot carry gradients).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from whisperspec.distill.labels import Example
+from whisperspec.whisper.decoder_pass import merge_heads, split_heads
 from whisperspec.whisper.kv_decoder import pool_frames
 
 
@@ -76,19 +77,16 @@ class DraftTrainer:
             h = layer.self_attn_layer_norm(x)
             attn = layer.self_attn
             q, k, v = (self._heads(proj(h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-            x = x + drop(attn.out_proj(self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True))))
+            x = x + drop(attn.out_proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))))
             h = layer.encoder_attn_layer_norm(x)
             q = self._heads(layer.encoder_attn.q_proj(h))
             out = F.scaled_dot_product_attention(q, k_cross.float(), v_cross.float())
-            x = x + drop(layer.encoder_attn.out_proj(self._merge(out)))
+            x = x + drop(layer.encoder_attn.out_proj(merge_heads(out)))
             x = x + drop(layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x)))))
         return d.layer_norm(x) @ self.head.T
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
-        return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
-
-    def _merge(self, x: torch.Tensor) -> torch.Tensor:  # [b, h, n, dh] -> [b, n, d]
-        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return split_heads(x, self.n_heads, self.head_dim)
 
     def batch(self, examples: list[Example], cross: list) -> tuple[torch.Tensor, ...]:
         """Padded inputs, teacher logits, labels (draft columns, -1 = not scored) for a batch."""

@@ -33,6 +33,10 @@ def split_heads(x: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:  
     return x.view(x.shape[0], x.shape[1], n_heads, head_dim).transpose(1, 2)
 
 
+def merge_heads(x: torch.Tensor) -> torch.Tensor:  # [b, h, n, dh] -> [b, n, d]
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
+
+
 def attention_mask(positions: torch.Tensor) -> torch.Tensor | None:
     """Query i of row b may see keys 0..positions[b, i]: causal, and blind to other rows' padding.
     None for one token of one row: every cached key is visible."""
@@ -61,9 +65,6 @@ class DecoderLayer(nn.Module):
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return split_heads(x, self.n_heads, self.head_dim)
 
-    def _merge(self, x: torch.Tensor) -> torch.Tensor:  # [b, h, n, dh] -> [b, n, d]
-        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
-
     def _write(self, cache: torch.Tensor, positions: torch.Tensor, values: torch.Tensor) -> None:
         if positions.shape[0] == 1:  # the common case: a slice, no scatter
             first = int(positions[0, 0])
@@ -82,12 +83,12 @@ class DecoderLayer(nn.Module):
         self._write(v_cache, positions, self._heads(self.v(x)))
         end = int(positions.max()) + 1
         out = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
-        hidden = hidden + self.out(self._merge(out))
+        hidden = hidden + self.out(merge_heads(out))
         # cross-attention on the window's encoder output (K/V precomputed once per window)
         x = self.cross_norm(hidden)
         q = self._heads(self.cross_q(x) * self.scaling)
         out = F.scaled_dot_product_attention(q, k_cross, v_cross, scale=1.0)
-        hidden = hidden + self.cross_out(self._merge(out))
+        hidden = hidden + self.cross_out(merge_heads(out))
         # feed-forward (Whisper's exact GELU)
         return hidden + self.fc2(F.gelu(self.fc1(self.ffn_norm(hidden))))
 
