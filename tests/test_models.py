@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-from whisperspec.models import ct2_model_dir, load_whisper, read_ct2_model, transformers_dir
+from whisperspec.models import ct2_model_dir, load_whisper, loading, read_ct2_model, transformers_dir
 from whisperspec.models.ctranslate2 import load_tokenizer
 
 SENTENCES = ["the cat sat on the mat", " Please enter your password, followed by the pound key.",
@@ -131,3 +133,52 @@ def test_tokenizer_loader_rejects_an_inconsistent_vocabulary(tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="expected"):
         load_tokenizer(tmp_path / "tokenizer.json", 51864)
+
+
+def disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_cache_disk_costs_the_cache_not_the_load(tmp_path, monkeypatch):
+    """CI once ran out of disk while caching a conversion: the load goes on from memory, the cache
+    keeps no half-written folder, and the model transcribes exactly as the cached one does."""
+    from whisperspec.transcribe import Transcriber
+
+    clip = Path(__file__).parent / "data" / "tt-weasels.flac"
+    cached = Transcriber("tiny.en").transcribe(clip)
+
+    monkeypatch.setenv("WHISPERSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(loading, "_loaded", {})
+    monkeypatch.setattr(WhisperForConditionalGeneration, "save_pretrained", disk_full)
+    with pytest.warns(RuntimeWarning, match=f"could not cache the converted model in {tmp_path}"):
+        uncached = Transcriber("tiny.en")
+    assert uncached.bundle.path is None
+    assert not list((tmp_path / "models").iterdir())  # the staging folder is gone too
+    assert uncached.transcribe(clip).segments == cached.segments
+
+
+def test_a_failed_safetensors_write_leaves_nothing_in_the_cache(tmp_path):
+    """safetensors reports ENOSPC as its own error, not as an OSError."""
+    from safetensors import SafetensorError
+
+    from whisperspec.cache import keep_in_cache
+
+    class HalfWritten:
+        def save_pretrained(self, folder):
+            (Path(folder) / "model.safetensors").write_bytes(b"half")
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.warns(RuntimeWarning, match="No space left on device"):
+        assert keep_in_cache(tmp_path / "model", HalfWritten()) is None
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_full_disk_while_joining_base_names_the_folder_and_leaves_no_part(tmp_path, monkeypatch):
+    from whisperspec.models import registry
+
+    monkeypatch.setenv("WHISPERSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(registry.shutil, "copyfileobj", disk_full)
+    with pytest.raises(OSError, match=f"could not join base's model.bin .* into {tmp_path / 'ct2' / 'base'}: "
+                                      "No space left on device"):
+        ct2_model_dir("base")
+    assert not list((tmp_path / "ct2" / "base").glob(".model.bin*"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 
@@ -31,3 +32,17 @@ def save_pretrained_atomically(target: Path, *parts) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def keep_in_cache(target: Path, *parts) -> Path | None:
+    """`save_pretrained_atomically`, or None with a warning when the cache cannot take the parts (a
+    full or read-only disk): a cache only saves the next run a conversion, so the caller goes on
+    with the parts it holds in memory instead of failing the load."""
+    from safetensors import SafetensorError  # how safetensors reports a failed write, ENOSPC included
+
+    try:
+        return save_pretrained_atomically(target, *parts)
+    except (OSError, SafetensorError) as error:
+        warnings.warn(f"could not cache the converted model in {target} ({error}); using it from memory, "
+                      "so the next run converts it again", RuntimeWarning, stacklevel=2)
+        return None

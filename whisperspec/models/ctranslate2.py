@@ -3,8 +3,8 @@
 A faster-whisper directory holds `model.bin` (CTranslate2's binary spec), `config.json` (suppress
 ids, language ids, alignment heads) and a Hugging Face `tokenizer.json`. This reads the binary
 format directly (no ctranslate2 needed), renames and splits the fused tensors into transformers'
-layout, and writes a normal transformers folder (safetensors + config + generation config +
-tokenizer + feature extractor) that `from_pretrained` loads.
+layout, and builds the transformers objects (model with its generation config, tokenizer, feature
+extractor) that a normal transformers folder holds, or writes that folder for `from_pretrained`.
 """
 
 from __future__ import annotations
@@ -73,12 +73,17 @@ def _to_tensor(raw: bytes, dtype_id: int, shape: list[int]) -> torch.Tensor:
 def convert_ct2_to_transformers(src_dir: Path, out_dir: Path, model_bin: Path | None = None) -> Path:
     """Write a transformers Whisper folder for the faster-whisper checkpoint in `src_dir`.
 
-    `model_bin` overrides `src_dir/model.bin` (the embedded base ships it in two parts). The
-    folder is built in a temporary directory and renamed into place, so a crash leaves nothing.
+    The folder is built in a temporary directory and renamed into place, so a crash leaves nothing.
     """
+    return save_pretrained_atomically(Path(out_dir), *ct2_to_transformers(src_dir, model_bin))
+
+
+def ct2_to_transformers(src_dir: Path, model_bin: Path | None = None) -> tuple:
+    """(WhisperForConditionalGeneration, WhisperTokenizer, WhisperFeatureExtractor) for the
+    faster-whisper checkpoint in `src_dir`, in memory. `model_bin` overrides `src_dir/model.bin`."""
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
-    src_dir, out_dir = Path(src_dir), Path(out_dir)
+    src_dir = Path(src_dir)
     variables = read_ct2_model(model_bin or src_dir / "model.bin")
     ct2_config = json.loads((src_dir / "config.json").read_text())
     config = whisper_config(variables)
@@ -95,8 +100,7 @@ def convert_ct2_to_transformers(src_dir: Path, out_dir: Path, model_bin: Path | 
     model.tie_weights()
     model.generation_config = generation_config
 
-    return save_pretrained_atomically(out_dir, model, tokenizer,
-                                      WhisperFeatureExtractor(feature_size=config.num_mel_bins))
+    return model, tokenizer, WhisperFeatureExtractor(feature_size=config.num_mel_bins)
 
 
 def whisper_config(variables: dict[str, torch.Tensor]):

