@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from tiny_models import random_mel, real_vocabulary, tiny_runtime
 from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter, Vocabulary
@@ -82,10 +82,10 @@ def text_oracle(vocabulary: Vocabulary, text: str, script: list[int], vocab_size
 
 @functools.lru_cache(maxsize=None)
 def smollm2_tokenizer():
-    from whisperspec.textlm.loading import transformers_dir
+    from whisperspec.textlm.loading import load_causal_lm
 
     try:
-        return AutoTokenizer.from_pretrained(transformers_dir("smollm2"))
+        return load_causal_lm("smollm2")[1]
     except FileNotFoundError as error:
         pytest.skip(str(error))
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-from whisperspec.models import ct2_model_dir, load_whisper, loading, read_ct2_model, transformers_dir
+from whisperspec.models import ct2_model_dir, load_whisper, loading, read_ct2_model, transformers_source
 from whisperspec.models.ctranslate2 import load_tokenizer
 
 SENTENCES = ["the cat sat on the mat", " Please enter your password, followed by the pound key.",
@@ -106,16 +106,16 @@ def test_from_pretrained_dirs_load_like_embedded(tmp_path):
     base.feature_extractor.save_pretrained(tmp_path)
     base.generation_config.save_pretrained(tmp_path)
     loaded = load_whisper(str(tmp_path))
-    assert transformers_dir(str(tmp_path)) == tmp_path
+    assert transformers_source(str(tmp_path)) == tmp_path
     assert loaded.model.config.decoder_layers == 2 and len(loaded.tokenizer) == 51864
     assert loaded.generation_config.no_timestamps_token_id == 50362
 
 
 def test_ct2_dir_of_a_user_is_converted_once_and_cached(tmp_path):
     source = ct2_model_dir("tiny.en")
-    first = transformers_dir(str(source))
+    first = transformers_source(str(source))
     assert (first / "model.safetensors").is_file()
-    assert transformers_dir(str(source)) == first
+    assert transformers_source(str(source)) == first
 
 
 def test_import_ct2_command(tmp_path):
@@ -161,15 +161,16 @@ def test_a_failed_safetensors_write_leaves_nothing_in_the_cache(tmp_path):
     """safetensors reports ENOSPC as its own error, not as an OSError."""
     from safetensors import SafetensorError
 
-    from whisperspec.cache import keep_in_cache
+    from whisperspec.cache import convert_once
 
     class HalfWritten:
         def save_pretrained(self, folder):
             (Path(folder) / "model.safetensors").write_bytes(b"half")
             raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
+    part = HalfWritten()
     with pytest.warns(RuntimeWarning, match="No space left on device"):
-        assert keep_in_cache(tmp_path / "model", HalfWritten()) is None
+        assert convert_once(tmp_path / "model", lambda: (part,)) == (part,)
     assert not list(tmp_path.iterdir())
 
 

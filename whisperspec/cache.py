@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Callable
 
 
 def cache_dir() -> Path:
@@ -34,15 +35,19 @@ def save_pretrained_atomically(target: Path, *parts) -> Path:
     return target
 
 
-def keep_in_cache(target: Path, *parts) -> Path | None:
-    """`save_pretrained_atomically`, or None with a warning when the cache cannot take the parts (a
-    full or read-only disk): a cache only saves the next run a conversion, so the caller goes on
-    with the parts it holds in memory instead of failing the load."""
+def convert_once(target: Path, convert: Callable[[], tuple]) -> Path | tuple:
+    """`target`, holding the parts (model, tokenizer, ...) that `convert()` builds, saved there the
+    first time. When the cache cannot take them (a full or read-only disk) the parts themselves,
+    with a warning: a cache only spares the next run a conversion, so it is never a reason for a
+    load to fail."""
     from safetensors import SafetensorError  # how safetensors reports a failed write, ENOSPC included
 
+    if (target / "config.json").is_file():
+        return target
+    parts = convert()
     try:
         return save_pretrained_atomically(target, *parts)
     except (OSError, SafetensorError) as error:
         warnings.warn(f"could not cache the converted model in {target} ({error}); using it from memory, "
                       "so the next run converts it again", RuntimeWarning, stacklevel=2)
-        return None
+        return parts

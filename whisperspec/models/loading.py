@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from whisperspec.cache import cache_dir, keep_in_cache
-from whisperspec.models.ctranslate2 import convert_ct2_to_transformers, ct2_to_transformers
+from whisperspec.cache import cache_dir, convert_once
+from whisperspec.models.ctranslate2 import ct2_to_transformers
 from whisperspec.models.registry import EMBEDDED_MODELS, ct2_model_dir
 
 # bump when the conversion output changes, so stale caches are rebuilt
@@ -45,47 +45,32 @@ def load_whisper(name_or_path: str, dtype: torch.dtype = torch.float32) -> Whisp
         return _loaded[key]
 
 
-def transformers_dir(name_or_path: str) -> Path | str:
-    """Where `from_pretrained` should look: converting a CTranslate2 checkpoint first if needed."""
-    target = _conversion_target(name_or_path)
-    if target is None:
-        path = Path(name_or_path).expanduser()
-        return path if path.is_dir() else name_or_path  # a transformers folder, or a hub id
-    if not (target / "config.json").is_file():
-        convert_ct2_to_transformers(_ct2_dir(name_or_path), target)
-    return target
-
-
-def _conversion_target(name_or_path: str) -> Path | None:
-    """The cache folder for a CTranslate2 checkpoint's conversion (embedded name or a faster-whisper
-    dir); None for a transformers folder or a hub id, which load as they are."""
+def transformers_source(name_or_path: str) -> Path | str | tuple:
+    """What `from_pretrained` should load: a transformers folder or hub id as given; a CTranslate2
+    checkpoint (embedded name or faster-whisper dir) converted once into the cache, or, when the
+    cache cannot take it, the converted (model, tokenizer, feature extractor) themselves."""
     if name_or_path in EMBEDDED_MODELS:
-        return cache_dir() / "models" / f"{name_or_path}-v{CONVERSION_VERSION}"
+        return convert_once(cache_dir() / "models" / f"{name_or_path}-v{CONVERSION_VERSION}",
+                            lambda: ct2_to_transformers(ct2_model_dir(name_or_path)))
     path = Path(name_or_path).expanduser()
-    if not (path / "model.bin").is_file():
-        return None
-    # keyed by the file's identity, so a changed checkpoint in the same place is converted again
-    stat = (path / "model.bin").stat()
-    digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    return cache_dir() / "models" / f"ct2-{path.name}-{digest}-v{CONVERSION_VERSION}"
-
-
-def _ct2_dir(name_or_path: str) -> Path:
-    return ct2_model_dir(name_or_path) if name_or_path in EMBEDDED_MODELS else Path(name_or_path).expanduser()
+    if (path / "model.bin").is_file():  # a faster-whisper / CTranslate2 checkpoint
+        # keyed by the file's identity, so a changed checkpoint in the same place is converted again
+        stat = (path / "model.bin").stat()
+        digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        return convert_once(cache_dir() / "models" / f"ct2-{path.name}-{digest}-v{CONVERSION_VERSION}",
+                            lambda: ct2_to_transformers(path))
+    return path if path.is_dir() else name_or_path  # a transformers folder, or a hub id
 
 
 def _load(name_or_path: str, dtype: torch.dtype) -> WhisperBundle:
     from transformers import (GenerationConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration,
                               WhisperTokenizer)
 
-    target = _conversion_target(name_or_path)
-    if target is not None and not (target / "config.json").is_file():
-        model, tokenizer, feature_extractor = ct2_to_transformers(_ct2_dir(name_or_path))
-        if keep_in_cache(target, model, tokenizer, feature_extractor) is None:
-            model = model.to(dtype).eval()
-            return WhisperBundle(model, tokenizer, feature_extractor, model.generation_config, name_or_path, None)
-
-    source = transformers_dir(name_or_path)
+    source = transformers_source(name_or_path)
+    if isinstance(source, tuple):  # converted, but the cache could not keep it
+        model, tokenizer, feature_extractor = source
+        model = model.to(dtype).eval()
+        return WhisperBundle(model, tokenizer, feature_extractor, model.generation_config, name_or_path, None)
     model = WhisperForConditionalGeneration.from_pretrained(source, dtype=dtype).eval()
     tokenizer = WhisperTokenizer.from_pretrained(source)
     feature_extractor = WhisperFeatureExtractor.from_pretrained(source)

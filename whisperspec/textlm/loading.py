@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from whisperspec.cache import cache_dir, keep_in_cache, save_pretrained_atomically
+from whisperspec.cache import cache_dir, convert_once
 
 # name -> (package module, GGUF file inside it or None when the package assembles it, install line)
 PACKAGED = {
@@ -51,18 +51,13 @@ def packaged_gguf(name: str, scratch: Path) -> Path:
     return folder / filename
 
 
-def transformers_dir(name_or_path: str) -> Path | str:
-    """A transformers folder for a packaged name (converted once), else the dir/hub id as given."""
+def transformers_source(name_or_path: str) -> Path | str | tuple:
+    """What `from_pretrained` should load: a packaged name converted once into the cache (or, when
+    the cache cannot take it, the converted (model, tokenizer) themselves), else the dir/hub id."""
     if name_or_path not in PACKAGED:
         return name_or_path
-    target = _conversion_target(name_or_path)
-    if not (target / "config.json").is_file():
-        save_pretrained_atomically(target, *convert_packaged(name_or_path))
-    return target
-
-
-def _conversion_target(name: str) -> Path:
-    return cache_dir() / "textlm" / f"{name}-v{CONVERSION_VERSION}"
+    return convert_once(cache_dir() / "textlm" / f"{name_or_path}-v{CONVERSION_VERSION}",
+                        lambda: convert_packaged(name_or_path))
 
 
 def convert_packaged(name: str) -> tuple:
@@ -102,9 +97,8 @@ def load_causal_lm(name_or_path: str, dtype: torch.dtype = torch.float32):
 def _load(name_or_path: str, dtype: torch.dtype) -> tuple:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if name_or_path in PACKAGED and not (_conversion_target(name_or_path) / "config.json").is_file():
-        model, tokenizer = convert_packaged(name_or_path)
-        if keep_in_cache(_conversion_target(name_or_path), model, tokenizer) is None:
-            return model.to(dtype).eval(), tokenizer
-    source = transformers_dir(name_or_path)
+    source = transformers_source(name_or_path)
+    if isinstance(source, tuple):  # converted, but the cache could not keep it
+        model, tokenizer = source
+        return model.to(dtype).eval(), tokenizer
     return AutoModelForCausalLM.from_pretrained(source, dtype=dtype).eval(), AutoTokenizer.from_pretrained(source)
