@@ -70,21 +70,21 @@ def _to_tensor(raw: bytes, dtype_id: int, shape: list[int]) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(raw, dtype=_DTYPES[dtype_id]).reshape(shape).copy())
 
 
-def convert_ct2_to_transformers(src_dir: Path, out_dir: Path, model_bin: Path | None = None) -> Path:
+def convert_ct2_to_transformers(src_dir: Path, out_dir: Path) -> Path:
     """Write a transformers Whisper folder for the faster-whisper checkpoint in `src_dir`.
 
     The folder is built in a temporary directory and renamed into place, so a crash leaves nothing.
     """
-    return save_pretrained_atomically(Path(out_dir), *ct2_to_transformers(src_dir, model_bin))
+    return save_pretrained_atomically(Path(out_dir), *ct2_to_transformers(src_dir))
 
 
-def ct2_to_transformers(src_dir: Path, model_bin: Path | None = None) -> tuple:
+def ct2_to_transformers(src_dir: Path) -> tuple:
     """(WhisperForConditionalGeneration, WhisperTokenizer, WhisperFeatureExtractor) for the
-    faster-whisper checkpoint in `src_dir`, in memory. `model_bin` overrides `src_dir/model.bin`."""
+    faster-whisper checkpoint in `src_dir`, in memory."""
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     src_dir = Path(src_dir)
-    variables = read_ct2_model(model_bin or src_dir / "model.bin")
+    variables = read_ct2_model(src_dir / "model.bin")
     ct2_config = json.loads((src_dir / "config.json").read_text())
     config = whisper_config(variables)
     tokenizer = load_tokenizer(src_dir / "tokenizer.json", config.vocab_size)
