@@ -145,6 +145,16 @@ def test_cli_reports_bad_files_and_transcribes_the_rest(tmp_path, capsys):
     assert json.loads((out / "tt-weasels.json").read_text())["text"]
 
 
+def test_cli_transcribes_with_a_cache_it_cannot_write(monkeypatch, capsys):
+    from whisperspec.models import loading
+
+    monkeypatch.setenv("WHISPERSPEC_CACHE", "/dev/null/cache")  # under a file: no folder can be made there
+    monkeypatch.setattr(loading, "_loaded", {})
+    assert cli_main(["transcribe", str(ROOT / "data" / "sample.flac"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("whisperspec: warning: could not cache the converted model in /dev/null/cache")
+    assert "next available representative" in captured.out
+
 def test_odd_but_valid_inputs_and_silence(base, tmp_path):
     import librosa
 

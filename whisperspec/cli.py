@@ -15,6 +15,7 @@ import argparse
 import importlib
 import json
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -30,7 +31,17 @@ DELEGATED = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    with warnings.catch_warnings():  # restores the default display when main() returns
+        warnings.showwarning = _show_warning
+        return _run(sys.argv[1:] if argv is None else list(argv))
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as a user of the command reads it: what happened, not the line of ours it came from."""
+    print(f"whisperspec: warning: {message}", file=file or sys.stderr)
+
+
+def _run(argv: list[str]) -> int:
     if argv and argv[0] in DELEGATED:
         module, _, function = DELEGATED[argv[0]][0].partition(":")
         return getattr(importlib.import_module(module), function)(argv[1:]) or 0
