@@ -91,6 +91,9 @@ def _run_transcribe(args) -> int:
         print(f"whisperspec: unknown format(s) {', '.join(sorted(unknown))}; use {', '.join(WRITERS)} or all",
               file=sys.stderr)
         return 2
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar, on a cold disk
     try:
         transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
                                   lookahead=args.lookahead, language=args.language, task=args.task,
