@@ -292,6 +292,19 @@ def test_real_gemma3_greedy_equals_transformers_and_drafters_are_lossless():
                         lookahead=lookahead).tokens == plain.tokens, draft
 
 
+@pytest.mark.real
+def test_a_packaged_model_loads_with_a_cache_it_cannot_write(monkeypatch):
+    """Converted in memory (and warned about) when the cache folder cannot even be made."""
+    from whisperspec.textlm import loading
+
+    cached, _ = packaged_or_skip("smollm2")
+    monkeypatch.setenv("WHISPERSPEC_CACHE", "/dev/null/cache")  # under a file: no folder can be made there
+    monkeypatch.setattr(loading, "_loaded", {})
+    with pytest.warns(RuntimeWarning, match="could not cache the converted model in /dev/null/cache"):
+        uncached, _ = packaged_or_skip("smollm2")
+    reference = cached.state_dict()
+    assert all(torch.equal(tensor, reference[name]) for name, tensor in uncached.state_dict().items())
+
 def packaged_or_skip(name: str):
     from whisperspec.textlm.loading import load_causal_lm, package_folder
 

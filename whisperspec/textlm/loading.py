@@ -62,9 +62,8 @@ def transformers_source(name_or_path: str) -> Path | str | tuple:
 
 def convert_packaged(name: str) -> tuple:
     """(model, tokenizer) of a packaged GGUF model, dequantised, in memory."""
-    scratch = cache_dir() / "textlm"
-    scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch) as folder:  # an assembled GGUF is not kept
+    # the system's temporary folder, not the cache: a load must not need a writable cache
+    with tempfile.TemporaryDirectory() as folder:  # an assembled GGUF is not kept
         return convert_gguf(packaged_gguf(name, Path(folder)))
 
 
