@@ -12,14 +12,14 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tiny_models import random_mel, real_vocabulary, tiny_runtime
 from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter, Vocabulary
-from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.speculative.drafters.model import DraftModel, ModelDrafter
 from whisperspec.speculative.generate import generate as speculative_generate
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.protocols import DraftContext
 from whisperspec.textlm.generate import generate
-from whisperspec.whisper.cross_tokenizer import cross_tokenizer_drafter
+from whisperspec.whisper.drafters.cross_tokenizer import cross_tokenizer_drafter
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
-from whisperspec.whisper.drafters import WhisperDrafter
+
 from whisperspec.whisper.model import WhisperRuntime
 
 CLIPS = Path(__file__).parent / "data"
@@ -30,7 +30,7 @@ TEXT = (" The weasels have eaten our phone system, again. Please call 555-0123 b
         " café owner said “fine”. 東京タワーへようこそ! Thanks 🎉 and good-bye.")
 
 
-class Scripted:
+class Scripted(DraftModel):
     """A one-row causal model that knows what comes: after a prefix of `script` it predicts the next
     token of it, after anything else `fallback`. Answers the target's and the draft's calls."""
 
@@ -58,9 +58,6 @@ class Scripted:
 
     def held_tokens(self, row: int = 0) -> list[int]:
         return self.tokens
-
-    def reorder(self, rows) -> None:
-        pass
 
     def start_window(self, window) -> None:
         self.tokens = []
@@ -158,7 +155,7 @@ def test_a_draft_that_knows_the_text_is_accepted_whisper_vocabularies(lookahead)
     script = prefix + main.tokenizer.encode(TEXT, add_special_tokens=False) + [main.special.eot]
     draft_script = drafter.to_draft(script[:-1]).tokens + [draft.special.eot]
     oracle = text_oracle(drafter.draft_vocabulary, TEXT, draft_script, draft.vocab_size, draft.special.eot)
-    drafter.draft = WhisperDrafter(oracle, draft.vocab_size)
+    drafter.draft = ModelDrafter(oracle, draft.vocab_size)
     out = run_scripted(drafter.target_vocabulary, script, len(prefix), main.vocab_size, main.special.eot,
                        drafter, lookahead)
     assert out.tokens == script[len(prefix):]
@@ -212,7 +209,7 @@ def test_whisper_cross_tokenizer_draft_matches_plain_greedy(seed, timestamps):
     prefix = main.special.prefix("en", "transcribe", timestamps)
     script = drafter.to_draft(prefix + reference.tokens).tokens + [draft.special.eot]
     knowing = cross_tokenizer_drafter(main, draft)
-    knowing.draft = WhisperDrafter(Scripted(script, draft.vocab_size, draft.special.eot), draft.vocab_size)
+    knowing.draft = ModelDrafter(Scripted(script, draft.vocab_size, draft.special.eot), draft.vocab_size)
     reduced = cross_tokenizer_drafter(main, draft, vocab_size_kept=3000)  # a head scoring 3000 text tokens
     accepted = 0
     for candidate in (drafter, reduced, knowing):
@@ -320,7 +317,7 @@ def test_proposals_are_one_hot_when_the_target_samples():
 @pytest.mark.real
 def test_tiny_en_drafting_for_base_on_real_speech():
     from whisperspec.audio import N_FRAMES, N_SAMPLES, load_audio, log_mel_spectrogram
-    from whisperspec.drafting import make_drafter
+    from whisperspec.whisper.drafters import make_drafter
     from whisperspec.models import load_whisper
 
     main = WhisperRuntime.from_bundle(load_whisper("base"))

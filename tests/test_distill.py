@@ -18,12 +18,12 @@ from whisperspec.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram
 from whisperspec.distill.corpus import sentences
 from whisperspec.distill.labels import Example, label_windows, load_examples
 from whisperspec.distill.train import DraftTrainer, TrainConfig, draft_vocabulary, train
-from whisperspec.drafting import trained_drafter
-from whisperspec.models.drafts import load_draft, read_metadata, save_draft
+from whisperspec.whisper.drafters.trained import trained_drafter
+from whisperspec.distill.draft_file import load_draft, read_metadata, save_draft
 from whisperspec.speculative.lookahead import Fixed
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.rules import WhisperLogitFilter
-from whisperspec.whisper.drafters import draft_from_main
+from whisperspec.distill.layout import draft_from_main
 
 VOCAB = 2048  # text tokens the test drafts score
 

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.tiny_models import random_mel, tiny_runtime
-from whisperspec.blocked_attention import AVAILABLE, BLOCK, blocked_self_attention
-from whisperspec.int8_linear import Int8Linear
+from whisperspec.kernels.blocked_attention import AVAILABLE, BLOCK, blocked_self_attention
+from whisperspec.kernels.int8_linear import Int8Linear
 
 needs_onednn = pytest.mark.skipif(not AVAILABLE, reason="needs torch's oneDNN linear op")
 

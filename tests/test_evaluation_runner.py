@@ -10,7 +10,7 @@ import pytest
 from whisperspec.evaluation.datasets import Utterance
 from whisperspec.evaluation.report import speedups, summarize, write_report
 from whisperspec.evaluation.runner import main, rotation
-from whisperspec.evaluation.systems import Output, _is_lookahead
+from whisperspec.evaluation.systems import Output
 
 MANIFEST = Path(__file__).parent / "data" / "references.jsonl"
 
@@ -21,24 +21,19 @@ def test_rotation_lets_every_system_lead_in_turn():
     assert sorted(rotation(names, 1)) == names
 
 
-def test_lookahead_field_parsing():
-    assert _is_lookahead("6") and _is_lookahead("heuristic") and _is_lookahead("cost")
-    assert not _is_lookahead("8192") and not _is_lookahead("int8")
-
-
 def test_metrics_on_synthetic_timings(tmp_path):
     utterances = [Utterance("u1", "a.wav", "red green blue black", "en", 2.0),
                   Utterance("u2", "b.wav", "white gray", "en", 8.0)]
     outputs = {
         "whisperspec": [Output("red green blue black", 1.0, 10), Output("white gray", 3.0, 10)],
-        "whisperspec:int8:4": [Output("red green blue black", 0.5, 10, {"proposed": 8, "accepted": 6, "rounds": 4,
+        "whisperspec:int8@4": [Output("red green blue black", 0.5, 10, {"proposed": 8, "accepted": 6, "rounds": 4,
                                                                      "emitted": 10}),
                                Output("white gray", 2.0, 10, {"proposed": 8, "accepted": 2, "rounds": 8,
                                                             "emitted": 10})],
         "faster-whisper:int8": [Output("red green blue", 2.0, 8), Output("white gray", 4.0, 8)],
     }
     summary = summarize(utterances, outputs, {})
-    fast = summary["whisperspec:int8:4"]
+    fast = summary["whisperspec:int8@4"]
     assert fast["acceptance_rate"] == pytest.approx(0.5) and fast["mean_accepted_length"] == pytest.approx(20 / 12)
     assert fast["speedup"]["whisperspec"] == {"total": pytest.approx(4 / 2.5), "median": pytest.approx((2 + 1.5) / 2)}
     assert fast["differs_from_greedy"] == 0
@@ -50,7 +45,7 @@ def test_metrics_on_synthetic_timings(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {
         "results.json", "report.md", "latency.png", "speedup_vs_length.png", "acceptance_vs_lookahead.png"}
     table = paths["md"].read_text()
-    assert "| whisperspec:int8:4 | 0.00 |" in table and "1.60x" in table
+    assert "| whisperspec:int8@4 | 0.00 |" in table and "1.60x" in table
     assert json.loads(paths["json"].read_text())["utterances"][0]["whisperspec"]["seconds"] == 1.0
 
 

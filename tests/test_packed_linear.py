@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from whisperspec.packed_linear import PackedLinear, onednn_linear, packed_copy, packed_view, packed_weight
+from whisperspec.kernels.packed_linear import PackedLinear, onednn_linear, packed_copy, packed_view, packed_weight
 from tests.tiny_models import random_mel, tiny_whisper
 
 

@@ -10,7 +10,7 @@ import torch
 from whisperspec.speculative.coupled import GumbelNoise
 from whisperspec.speculative.generate import generate
 from whisperspec.speculative.lookahead import Fixed
-from whisperspec.speculative.protocols import DraftContext, Proposal
+from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal
 from whisperspec.speculative.verifier import verify
 
 VOCAB = 4
@@ -30,7 +30,7 @@ class BigramModel:
         self.length = min(self.length, int(torch.as_tensor(lengths).reshape(-1)[0]))
 
 
-class BigramDrafter:
+class BigramDrafter(Drafter):
     """Samples from its own (different) bigram table and reports the distribution it used."""
 
     def __init__(self, logits: torch.Tensor, deterministic: bool = False):

@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from tiny_models import random_mel, tiny_runtime, tiny_whisper
-from whisperspec.drafting import make_drafter
+from whisperspec.distill.layout import draft_from_main
 from whisperspec.speculative.lookahead import make_lookahead
-from whisperspec.whisper import drafters
+from whisperspec.whisper.drafters import make_drafter
+from whisperspec.whisper.drafters.draft_models import shared_cross_layers
+from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
+from whisperspec.whisper.drafters.trained import distilled_drafter, without_prompt
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 
 DRAFTERS = ["ngram", "early-exit:1", "early-exit:3", "int8", "int8:2000", "distil", "separate"]
@@ -19,11 +22,11 @@ LOOKAHEADS = ["1", "2", "5", "8", "heuristic", "confidence", "cost"]
 
 def build_drafter(name: str, runtime, seed: int):
     if name == "distil":  # shared encoder, two decoder layers copied from the main model
-        draft = drafters.draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
-        return drafters.draft_model_drafter(runtime, draft, share_encoder=True)
+        draft = draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
+        return draft_whisper_drafter(runtime, draft, share_encoder=True)
     if name == "separate":  # a different, smaller Whisper with its own encoder
         draft = tiny_whisper(seed + 100, d_model=32, decoder_layers=2, heads=2, dtype=runtime.model.dtype)
-        return drafters.draft_model_drafter(runtime, draft, share_encoder=False, vocab_size_kept=3000)
+        return draft_whisper_drafter(runtime, draft, vocab_size_kept=3000, share_encoder=False)
     return make_drafter(name, runtime)
 
 
@@ -80,7 +83,7 @@ def generated_tokens(sequence, special) -> list[int]:
 @pytest.mark.parametrize("timestamps", [False, True])
 def test_verify_passes_score_like_one_token_steps(timestamps):
     """k-token passes over the plain tokens give one-token steps' logits (float64: to ~1e-12)."""
-    from whisperspec.bench import count_flips
+    from whisperspec.whisper.bench import count_flips
 
     runtime = tiny_runtime(0)
     options = DecodeOptions(language="en", timestamps=timestamps, temperatures=(0.0,), max_new_tokens=48)
@@ -212,9 +215,9 @@ def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
 def test_a_distilled_draft_reuses_the_keys_and_values_of_the_main_layers_it_copied():
     runtime = tiny_runtime(0)
     last = runtime.decoder.n_layers - 1
-    draft = drafters.draft_from_main(runtime.model, [0, last])
-    assert drafters.shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) == [0, last]
-    drafter = drafters.draft_model_drafter(runtime, draft, share_encoder=True)
+    draft = draft_from_main(runtime.model, [0, last])
+    assert shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) == [0, last]
+    drafter = draft_whisper_drafter(runtime, draft, share_encoder=True)
     window = runtime.encode(random_mel(0))
     WindowDecoder(runtime, drafter, make_lookahead("2")).decode(window, DecodeOptions(language="en", max_new_tokens=8))
     shared = drafter.model.decoder.cross_kv
@@ -223,7 +226,7 @@ def test_a_distilled_draft_reuses_the_keys_and_values_of_the_main_layers_it_copi
 
     with torch.no_grad():  # a draft that trained its cross-attention keys projects its own
         draft.model.decoder.layers[1].encoder_attn.k_proj.weight.mul_(1.5)
-    assert drafters.shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) is None
+    assert shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) is None
 
 
 def test_pooled_frames_are_the_projection_of_averaged_encoder_frames():
@@ -240,9 +243,9 @@ def test_pooled_frames_are_the_projection_of_averaged_encoder_frames():
 
 def test_a_draft_with_pooled_cross_attention_reads_fewer_frames_and_changes_nothing():
     runtime = tiny_runtime(1)
-    draft = drafters.draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
+    draft = draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
     draft.config.cross_attention_pool = 4  # as a draft file trained with --cross-pool 4 says
-    drafter = drafters.draft_model_drafter(runtime, draft, share_encoder=True)
+    drafter = draft_whisper_drafter(runtime, draft, share_encoder=True)
     window = runtime.encode(random_mel(1))
     options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=48)
     reference = WindowDecoder(runtime).decode(window, options)
@@ -294,15 +297,15 @@ def test_sampled_windows_read_the_same_with_every_drafter():
 def test_a_draft_that_skips_the_previous_text_prompt_changes_nothing():
     runtime = tiny_runtime(2)
     special = runtime.special
-    view = drafters.without_prompt(special)
+    view = without_prompt(special)
     assert view([special.sot_prev, 11, 12, special.sot, 40]) == [special.sot, 40]
     assert view([special.sot, 40, 41]) == [special.sot, 40, 41]
     window = runtime.encode(random_mel(2))
     options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
     prompt = runtime.tokenizer.encode(" the previous window said this much", add_special_tokens=False)
     plain = WindowDecoder(runtime).decode(window, options, prompt=prompt)
-    draft = drafters.draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
-    drafter = drafters.draft_model_drafter(runtime, draft, share_encoder=True, reads_prompt=False)
+    draft = draft_from_main(runtime.model, [0, runtime.decoder.n_layers - 1])
+    drafter = distilled_drafter(runtime, draft, None, int8=False)
     fast = WindowDecoder(runtime, drafter, make_lookahead("3")).decode(window, options, prompt=prompt)
     assert fast.tokens == plain.tokens and fast.stats.accepted > 0
     assert drafter.model.held_tokens(0)[0] == special.sot  # the draft's cache never held the prompt

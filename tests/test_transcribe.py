@@ -30,11 +30,11 @@ def base():
 
 def with_drafter(plain: Transcriber, draft: str, lookahead: str) -> Transcriber:
     """`plain` with a drafter: the same loaded model and options, no second load."""
-    from whisperspec.drafting import make_drafter
+    from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
 
     speculative = Transcriber.__new__(Transcriber)
     speculative.__dict__.update(plain.__dict__)
-    speculative.drafter, speculative.lookahead_spec = make_drafter(draft, plain.runtime), lookahead
+    speculative.drafter, speculative.draft = make_drafter(draft, plain.runtime), parse_draft_spec(draft, lookahead)
     return speculative
 
 
@@ -96,7 +96,7 @@ def test_compute_type_int8_transcribes_and_drafting_keeps_its_tokens():
 
 def test_auto_draft_is_the_shipped_trained_one_where_it_exists(base):
     from tiny_models import tiny_runtime
-    from whisperspec.drafting import make_drafter
+    from whisperspec.whisper.drafters import make_drafter
 
     assert make_drafter("auto", base.runtime).model.decoder.n_layers == 2  # base-draft.safetensors
     tiny = tiny_runtime(0)  # no draft ships for it: the int8 copy of its own decoder

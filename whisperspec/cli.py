@@ -18,11 +18,12 @@ import sys
 import warnings
 from pathlib import Path
 
+from whisperspec import defaults
 
 
 # Subcommands that parse their own arguments: `whisperspec NAME ...` calls MODULE.FUNCTION(argv).
 DELEGATED = {
-    "bench": ("whisperspec.bench:main", "decoder costs and decode-phase speed per drafter"),
+    "bench": ("whisperspec.whisper.bench:main", "decoder costs and decode-phase speed per drafter"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
     "demo": ("whisperspec.demo:cli", "start the Gradio demo"),
@@ -60,7 +61,7 @@ def _run(argv: list[str]) -> int:
 def _add_transcribe(commands) -> None:
     p = commands.add_parser("transcribe", help="transcribe audio files")
     p.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3, ...)")
-    p.add_argument("--model", default="base", help="base, tiny.en, a faster-whisper/transformers dir or hub id")
+    p.add_argument("--model", default=defaults.MODEL, help="base, tiny.en, a faster-whisper/transformers dir or hub id")
     p.add_argument("--compute-type", choices=("float32", "int8"), default="float32",
                    help="int8: int8 encoder, like faster-whisper's int8 (speculation stays exact for either)")
     p.add_argument("--language", default=None, help="language code (default: detect)")
@@ -68,8 +69,12 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--timestamps", action="store_true", help="decode timestamps (segments with times)")
     p.add_argument("--output-dir", type=Path, default=None, help="write result files here")
     p.add_argument("--format", default="txt", help="comma-separated, of txt,srt,vtt,json or 'all'")
-    p.add_argument("--draft", default="none", help="none, auto, ngram, early-exit[:E], int8[:V], or a draft model")
-    p.add_argument("--lookahead", default=None, help="K (default 3), heuristic, confidence[:t] or cost")
+    p.add_argument("--draft", default=defaults.DRAFT,
+                   help="DRAFT[@LOOKAHEAD]: none, auto, trained, int8[:V], early-exit[:E], ngram[:N], FILE.safetensors "
+                        "or a draft model; e.g. auto@5, auto@confidence:0.4")
+    p.add_argument("--lookahead", default=None,
+                   help=f"the same as DRAFT@LOOKAHEAD: K (default {defaults.LOOKAHEAD}), heuristic[:K], "
+                        "confidence[:T] or cost")
     p.add_argument("--temperature", type=float, default=None,
                    help="fixed sampling temperature (default: greedy with openai-whisper's fallback)")
     p.add_argument("--sampling", choices=("coupled", "residual"), default="coupled",
@@ -91,17 +96,25 @@ def _run_transcribe(args) -> int:
         print(f"whisperspec: unknown format(s) {', '.join(sorted(unknown))}; use {', '.join(WRITERS)} or all",
               file=sys.stderr)
         return 2
+    from whisperspec.spec import SpecError
+    from whisperspec.whisper.drafters import parse_draft_spec
+
+    try:
+        draft = parse_draft_spec(args.draft, args.lookahead)
+    except SpecError as error:
+        print(f"whisperspec: --draft: {error}", file=sys.stderr)
+        return 2
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar, on a cold disk
     try:
-        transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
-                                  lookahead=args.lookahead, language=args.language, task=args.task,
+        transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=draft,
+                                  language=args.language, task=args.task,
                                   timestamps=args.timestamps, temperature=args.temperature,
                                   initial_prompt=args.initial_prompt, progress=not args.quiet,
                                   sampling=args.sampling)
-    except (OSError, ValueError) as error:
-        print(f"whisperspec: cannot load model {args.model!r}: {error}", file=sys.stderr)
+    except (OSError, ValueError) as error:  # each names the model or the drafter it could not load
+        print(f"whisperspec: {error}", file=sys.stderr)
         return 2
     failed = 0
     for path in args.audio:
@@ -129,23 +142,7 @@ def _print_result(result, args) -> None:
     else:
         print(result.text)
     if args.stats:
-        print(format_stats(result.stats, result.duration), file=sys.stderr)
-
-
-def format_stats(stats: dict, duration: float) -> str:
-    spec = stats.get("speculation", {})
-    decode_s = stats.get("decoder_ms", 0) / 1e3
-    tokens = stats.get("tokens", 0)
-    lines = [
-        f"audio {duration:.2f} s | features {stats.get('features_ms', 0):.0f} ms | encoder "
-        f"{stats.get('encoder_ms', 0):.0f} ms | decoder {stats.get('decoder_ms', 0):.0f} ms | "
-        f"{tokens} tokens, {tokens / decode_s if decode_s else 0:.1f} tokens/s",
-        f"target passes {spec.get('target_passes', 0)} | draft passes {spec.get('draft_passes', 0)} | "
-        f"acceptance {spec.get('acceptance_rate', 0):.1%} | mean accepted length "
-        f"{spec.get('mean_accepted_length', 0):.2f} | drafting {spec.get('draft_ms', 0):.0f} ms, "
-        f"verifying {spec.get('verify_ms', 0):.0f} ms",
-    ]
-    return "\n".join(lines)
+        print(" | ".join(f"{name} {value}" for name, value in result.stats_rows()), file=sys.stderr)
 
 
 # ------------------------------------------------------------------ import-ct2

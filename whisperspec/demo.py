@@ -11,15 +11,18 @@ import tempfile
 import threading
 from pathlib import Path
 
+from whisperspec import defaults
 from whisperspec.audio import AudioError
 from whisperspec.models import EMBEDDED_MODELS
 from whisperspec.output import write_outputs
 from whisperspec.transcribe import Transcriber
+from whisperspec.spec import DraftSpec
+from whisperspec.whisper.drafters import DRAFTERS, parse_draft_spec
 from whisperspec.whisper.model import COMPUTE_TYPES
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample.flac"
-DRAFTS = ["none", "auto", "int8", "trained", "early-exit", "ngram"]
-LOOKAHEADS = ["4", "6", "heuristic", "confidence", "cost"]
+DRAFTS = [kind.name for kind in DRAFTERS]
+LOOKAHEADS = list(dict.fromkeys([defaults.LOOKAHEAD, "2", "4", "6", "heuristic", "confidence", "cost"]))
 MAX_UPLOAD_BYTES = 200 << 20  # a 2-core machine: hours of audio would block the queue for everyone
 LEGEND = ('<div class="ws-legend"><span class="ws-tok ws-draft">drafted, accepted</span>'
           '<span class="ws-tok ws-main">from the main model (correction or bonus)</span></div>')
@@ -39,12 +42,11 @@ class TranscriberPool:
         self._transcribers: dict[tuple, Transcriber] = {}
         self._lock = threading.Lock()
 
-    def get(self, model: str, draft: str, lookahead: str, compute_type: str = "float32") -> Transcriber:
-        key = (model, draft, lookahead, compute_type)
+    def get(self, model: str, draft: DraftSpec, compute_type: str = "float32") -> Transcriber:
+        key = (model, str(draft), compute_type)
         with self._lock:
             if key not in self._transcribers:
-                self._transcribers[key] = Transcriber(model, compute_type=compute_type, draft=draft,
-                                                      lookahead=lookahead)
+                self._transcribers[key] = Transcriber(model, compute_type=compute_type, draft=draft)
             return self._transcribers[key]
 
 
@@ -72,16 +74,10 @@ def token_view(segments, tokenizer) -> str:
 
 
 def stats_markdown(result, plain=None) -> str:
-    stats, spec = result.stats, result.stats.get("speculation", {})
-    decode_s = stats.get("decoder_ms", 0) / 1e3
-    rows = [("audio", f"{result.duration:.2f} s"), ("encoder", f"{stats.get('encoder_ms', 0):.0f} ms"),
-            ("decoder", f"{stats.get('decoder_ms', 0):.0f} ms"),
-            ("tokens/s", f"{stats.get('tokens', 0) / decode_s:.1f}" if decode_s else "-"),
-            ("acceptance rate", f"{spec.get('acceptance_rate', 0):.1%}"),
-            ("tokens per main pass", f"{spec.get('mean_accepted_length', 0):.2f}")]
+    rows = result.stats_rows()
     if plain is not None:
         same = [s.tokens for s in plain.segments] == [s.tokens for s in result.segments]
-        speedup = plain.stats["decoder_ms"] / max(stats["decoder_ms"], 1e-9)
+        speedup = plain.stats["decoder_ms"] / max(result.stats["decoder_ms"], 1e-9)
         rows += [("without draft: decoder", f"{plain.stats['decoder_ms']:.0f} ms"),
                  ("decode speed-up", f"{speedup:.2f}x"),
                  ("transcripts", "identical ✔" if same else f"DIFFER (a bug): {plain.text!r}")]
@@ -98,18 +94,21 @@ def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahea
     if upload.stat().st_size > MAX_UPLOAD_BYTES:
         raise ValueError(f"{upload.name}: larger than {MAX_UPLOAD_BYTES >> 20} MB")
     model = resolve_model(model)
+    if (draft or "none") not in DRAFTS:  # a visitor never names a model or a file to load as a draft
+        raise ValueError(f"drafter {draft!r}: one of {', '.join(DRAFTS)}")
+    spec = parse_draft_spec(draft or "none", lookahead if draft and draft != "none" else None)
     if compute_type not in COMPUTE_TYPES:
         raise ValueError(f"compute type {compute_type!r}: one of {', '.join(COMPUTE_TYPES)}")
     options = {"language": language or None, "task": task or "transcribe"}
     if progress:
         progress(0.1, desc="loading model")
-    transcriber = pool.get(model, draft, lookahead, compute_type)
+    transcriber = pool.get(model, spec, compute_type)
     if progress:
         progress(0.3, desc="transcribing")
     try:
         result = transcriber.transcribe(upload, **options)
-        plain = (pool.get(model, "none", lookahead, compute_type).transcribe(upload, **options)
-                 if compare and draft != "none" else None)
+        plain = (pool.get(model, parse_draft_spec("none"), compute_type).transcribe(upload, **options)
+                 if compare and spec.drafts else None)
     except AudioError as error:
         raise ValueError(str(error).replace(str(upload), upload.name)) from error  # no server paths shown
     out_dir = Path(tempfile.mkdtemp(prefix="request-", dir=_results_root()))
@@ -153,7 +152,7 @@ def build_demo(default_model: str = "base"):
                 model = gr.Textbox(default_model, label="Model",
                                    info="base, tiny.en, or a local model folder (no other paths are read)")
                 draft = gr.Dropdown(DRAFTS, value="auto", label="Drafter")
-                lookahead = gr.Dropdown(LOOKAHEADS, value="6", label="Lookahead")
+                lookahead = gr.Dropdown(LOOKAHEADS, value=defaults.LOOKAHEAD, label="Lookahead")
                 compute_type = gr.Radio(list(COMPUTE_TYPES), value="float32", label="Compute type",
                                         info="int8: a faster, slightly different encoder (drafting stays exact)")
                 with gr.Row():
@@ -170,7 +169,7 @@ def build_demo(default_model: str = "base"):
         inputs = [audio, model, draft, lookahead, language, task, compare, compute_type]
         button.click(run, inputs, [text, segments, tokens, stats, files])
         if SAMPLE.is_file():
-            gr.Examples([[str(SAMPLE), default_model, "auto", "6", "", "transcribe", True, "float32"]], inputs,
+            gr.Examples([[str(SAMPLE), default_model, "auto", defaults.LOOKAHEAD, "", "transcribe", True, "float32"]], inputs,
                         label="Bundled sample (Asterisk prompt, CC BY-SA 3.0)")
     # one request at a time: a decode already uses both cores of this machine
     return demo.queue(default_concurrency_limit=1, max_size=64)

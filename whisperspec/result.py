@@ -26,3 +26,14 @@ class Transcription:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def stats_rows(self) -> list[tuple[str, str]]:
+        """Where the time went and how drafting did, as (measure, value) rows for people to read."""
+        from whisperspec.speculative.stats import speculation_rows
+
+        stats = self.stats
+        decode_s, tokens = stats.get("decoder_ms", 0) / 1e3, stats.get("tokens", 0)
+        return [("audio", f"{self.duration:.2f} s"), ("features", f"{stats.get('features_ms', 0):.0f} ms"),
+                ("encoder", f"{stats.get('encoder_ms', 0):.0f} ms"), ("decoder", f"{stats.get('decoder_ms', 0):.0f} ms"),
+                ("tokens", str(tokens)), ("tokens/s", f"{tokens / decode_s:.1f}" if decode_s else "-"),
+                *speculation_rows(stats.get("speculation", {}))]

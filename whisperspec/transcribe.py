@@ -11,6 +11,7 @@ import torch
 from whisperspec.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, is_silent, load_audio, log_mel_spectrogram
 from whisperspec.models import load_whisper
 from whisperspec.result import Segment, Transcription
+from whisperspec import defaults
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
@@ -24,26 +25,28 @@ class Transcriber:
 
     model: "base" / "tiny.en" (embedded), a faster-whisper (CTranslate2) dir, a transformers dir
     or hub id. compute_type: "float32", or "int8" for an int8 encoder (see `WhisperRuntime`).
-    draft: None/"none" for plain greedy, or a drafter spec (see `whisperspec.drafting.make_drafter`).
+    draft: `DRAFT[@LOOKAHEAD]` (`whisperspec.whisper.drafters`): "none" for plain greedy, "auto",
+    "auto@5", ...; lookahead: the same as "@LOOKAHEAD", as a separate argument.
     temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for one
     fixed temperature. sampling (at temperature > 0): "coupled", the same tokens with or without a
     draft, or "residual" (see `DecodeOptions`).
     """
 
-    def __init__(self, model: str = "base", *, compute_type: str = "float32", draft: str | None = None,
+    def __init__(self, model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
                  lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
                  timestamps: bool = False, temperature: float | None = None, condition_on_previous_text: bool = True,
                  initial_prompt: str | None = None, progress: bool = False, seed: int = 0,
                  sampling: str = "coupled"):
-        started = time.perf_counter()
-        self.bundle = load_whisper(model)
-        self.runtime = WhisperRuntime.from_bundle(self.bundle, compute_type)
-        self.drafter = None
-        if draft not in (None, "none"):
-            from whisperspec.drafting import make_drafter
+        from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
 
-            self.drafter = make_drafter(draft, self.runtime)
-        self.lookahead_spec = lookahead
+        started = time.perf_counter()
+        self.draft = parse_draft_spec(draft, lookahead)  # checked before the model loads
+        try:
+            self.bundle = load_whisper(model)
+        except (OSError, ValueError) as error:
+            raise type(error)(f"cannot load model {model!r}: {error}") from error
+        self.runtime = WhisperRuntime.from_bundle(self.bundle, compute_type)
+        self.drafter = make_drafter(self.draft, self.runtime)
         self.options = DecodeOptions(
             task=task, language=language, timestamps=timestamps, seed=seed, sampling=sampling,
             temperatures=DecodeOptions.temperatures if temperature is None else (float(temperature),))
@@ -72,7 +75,7 @@ class Transcriber:
         timings["features_ms"] = (time.perf_counter() - started) * 1e3
 
         prompt = self._prompt_tokens(initial_prompt)
-        decoder = WindowDecoder(self.runtime, self.drafter, make_lookahead(self.lookahead_spec) if self.drafter else None)
+        decoder = WindowDecoder(self.runtime, self.drafter, make_lookahead(self.draft.lookahead) if self.drafter else None)
         encoder_seconds: list[float] = []
         started = time.perf_counter()
         if content_frames <= N_FRAMES and not options.timestamps:

@@ -9,7 +9,7 @@ and, if given, unlabelled recordings.
 2. labelled by the main model (greedy tokens, decoder hidden states), cached shard by shard;
 3. a draft of --layers copies of main decoder layers (or --init: a trained draft's layers) trained to
    imitate it, best held-out epoch kept;
-4. saved as a small file of its own weights (`whisperspec.models.drafts`): `--draft FILE`, or
+4. saved as a small file of its own weights (`whisperspec.distill.draft_file`): `--draft FILE`, or
    `--draft trained` for the one shipped in whisperspec/assets for the main model.
 Held-out windows are spoken from sentences kept out of training (and, with --audio, are every
 tenth recording). Targets come from the main model, so no transcripts are needed; no evaluation
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from whisperspec import defaults
 from whisperspec.cache import cache_dir
 
 
@@ -39,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init", type=Path, default=None,
                         help="start from this trained draft's layers instead (continue training on new windows)")
     parser.add_argument("--seed", type=int, default=0, help="of the training windows (a new seed: new windows)")
-    parser.add_argument("--vocab", type=int, default=24576,
+    parser.add_argument("--vocab", type=int, default=defaults.TRAINED_DRAFT_HEAD,
                         help="text tokens the draft scores (the most frequent in the labels and the corpus)")
-    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=defaults.DISTILL_EPOCHS)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--cross-pool", type=int, default=None,
@@ -64,8 +65,8 @@ def distill(args) -> dict:
     from whisperspec.distill.labels import build_dataset, load_examples
     from whisperspec.distill.train import DraftTrainer, TrainConfig, draft_vocabulary, train
     from whisperspec.models import load_whisper
-    from whisperspec.models.drafts import load_draft, save_draft
-    from whisperspec.whisper.drafters import draft_from_main
+    from whisperspec.distill.draft_file import load_draft, save_draft
+    from whisperspec.distill.layout import draft_from_main
     from whisperspec.whisper.model import WhisperRuntime
 
     runtime = WhisperRuntime.from_bundle(load_whisper(args.model))

@@ -25,12 +25,13 @@ from torch import nn
 
 from whisperspec.distill.labels import Example
 from whisperspec.whisper.decoder_pass import merge_heads, split_heads
+from whisperspec import defaults
 from whisperspec.whisper.kv_decoder import pool_frames
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 6
+    epochs: int = defaults.DISTILL_EPOCHS
     batch_size: int = 16
     lr: float = 2e-4
     warmup_steps: int = 30

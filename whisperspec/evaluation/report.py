@@ -127,7 +127,7 @@ def _plots(out_dir: Path, utterances, outputs: dict) -> dict[str, Path]:
 
     by_lookahead = {}
     for name, outs in outputs.items():
-        match = re.fullmatch(r"whisperspec:(.+):(\d+)", name)
+        match = re.fullmatch(r"whisperspec:(.+)@(\d+)", name)
         stats = [o.stats for o in outs if o.stats]
         proposed = sum(s.get("proposed", 0) for s in stats)
         if match and proposed:

@@ -1,7 +1,7 @@
 """`whisperspec evaluate`: WER and latency of several systems on the same audio, in one run.
 
     whisperspec evaluate --dataset asterisk-en --limit 50 --out eval/ \\
-        --systems whisperspec whisperspec:int8:6 transformers faster-whisper:int8 faster-whisper:float32
+        --systems whisperspec whisperspec:int8@6 transformers faster-whisper:int8 faster-whisper:float32
 
 Every system transcribes every utterance; the order of systems rotates from one utterance to the
 next so that drift on a shared machine hits all alike; a first utterance warms each system up and
@@ -13,13 +13,15 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
+import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
 from whisperspec.evaluation.datasets import load_dataset
 from whisperspec.evaluation.report import summarize, write_report
-from whisperspec.evaluation.systems import FasterWhisperSystem, Output, build_system
+from whisperspec.evaluation.systems import FasterWhisperSystem, Output, build_system, parse_system_spec
+from whisperspec.spec import SpecError
 
 DEFAULT_SYSTEMS = ["whisperspec", "whisperspec:int8:6", "transformers", "faster-whisper:int8",
                    "faster-whisper:float32"]
@@ -59,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
 
+    try:  # every spec checked before anything loads
+        for spec in args.systems:
+            parse_system_spec(spec)
+    except SpecError as error:
+        print(f"whisperspec evaluate: --systems: {error}", file=sys.stderr)
+        return 2
     utterances = load_dataset(args.dataset, limit=args.limit)
     systems = {spec: build_system(spec, args.model) for spec in args.systems}
     try:

@@ -1,10 +1,9 @@
 """The systems an evaluation compares, each answering `transcribe(utterance) -> Output`.
 
-Spec strings (for `--systems`):
-    whisperspec[:DRAFT[:LOOKAHEAD]]          e.g. whisperspec, whisperspec:int8:6, whisperspec:ngram:cost,
-                                             whisperspec:early-exit:5:4 (a last field that reads as a
-                                             lookahead is one: whisperspec:early-exit:4 drafts with k=4)
-    whisperspec-int8[:DRAFT[:LOOKAHEAD]]     the same with compute type int8 (an int8 encoder)
+Spec strings (for `--systems`), parsed by `whisperspec.spec.parse_system`:
+    whisperspec[:DRAFT[@LOOKAHEAD]]          e.g. whisperspec, whisperspec:int8@6, whisperspec:ngram@cost,
+                                             whisperspec:early-exit:5@4, whisperspec:auto@confidence:0.4
+    whisperspec-int8[:DRAFT[@LOOKAHEAD]]     the same with compute type int8 (an int8 encoder)
     transformers[:assistant=MODEL | :prompt-lookup=N]
     faster-whisper:int8 | faster-whisper:float32
 """
@@ -21,6 +20,7 @@ import torch
 
 from whisperspec.audio import N_SAMPLES, SAMPLE_RATE, load_audio
 from whisperspec.evaluation.datasets import Utterance
+from whisperspec.spec import DraftSpec, parse_system
 
 
 @dataclass
@@ -32,12 +32,11 @@ class Output:
 
 
 class WhisperspecSystem:
-    def __init__(self, name: str, model: str, draft: str | None, lookahead: str | None,
-                 compute_type: str = "float32"):
+    def __init__(self, name: str, model: str, draft: DraftSpec, compute_type: str = "float32"):
         from whisperspec.transcribe import Transcriber
 
-        self.name, self.draft, self.lookahead = name, draft, lookahead
-        self.transcriber = Transcriber(model, compute_type=compute_type, draft=draft, lookahead=lookahead)
+        self.name, self.draft = name, draft
+        self.transcriber = Transcriber(model, compute_type=compute_type, draft=draft)
 
     def transcribe(self, utterance: Utterance) -> Output:
         start = time.perf_counter()
@@ -110,14 +109,28 @@ class FasterWhisperSystem:
         self.process.wait(timeout=30)
 
 
+OURS = ("whisperspec", "whisperspec-int8")
+PEERS = ("transformers", "faster-whisper")
+
+
+def parse_system_spec(spec: str):
+    """`SYSTEM[:DRAFT[@LOOKAHEAD]]` for ours, `SYSTEM[:OPTION]` for the peers; checked before any load."""
+    from whisperspec.whisper.drafters import DRAFTERS
+    from whisperspec.models.registry import EMBEDDED_MODELS
+
+    drafting = dict(kinds=DRAFTERS, models=EMBEDDED_MODELS, files=True)
+    parsed = parse_system(spec, {name: drafting for name in OURS}, PEERS)
+    if parsed.system == "faster-whisper" and parsed.option not in ("", "int8", "float32"):
+        raise ValueError(f"unknown system {spec!r}: faster-whisper:int8 or faster-whisper:float32")
+    return parsed
+
+
 def build_system(spec: str, model: str):
-    kind, _, rest = spec.partition(":")
-    if kind in ("whisperspec", "whisperspec-int8"):
-        draft, _, last = rest.rpartition(":")
-        if not (draft and _is_lookahead(last)):  # the last field is the lookahead only if it reads as one
-            draft, last = rest, ""
+    parsed = parse_system_spec(spec)
+    kind, rest = parsed.system, parsed.option
+    if kind in OURS:
         compute_type = "int8" if kind.endswith("int8") else "float32"
-        return WhisperspecSystem(spec, model, draft or None, last or None, compute_type)
+        return WhisperspecSystem(spec, model, parsed.draft, compute_type)
     if kind == "transformers":
         option, _, value = rest.partition("=")
         if option == "assistant":
@@ -125,12 +138,4 @@ def build_system(spec: str, model: str):
         if option == "prompt-lookup":
             return TransformersSystem(spec, model, prompt_lookup=int(value))
         return TransformersSystem(spec, model)
-    if kind == "faster-whisper":
-        return FasterWhisperSystem(spec, model, rest or "int8")
-    raise ValueError(f"unknown system {spec!r}: whisperspec[-int8][:DRAFT[:LOOKAHEAD]], transformers[:...], "
-                     "faster-whisper:int8|float32")
-
-
-def _is_lookahead(text: str) -> bool:
-    """'6', 'heuristic', 'confidence', 'cost' — but not 'int8:8192''s vocabulary size."""
-    return (text.isdigit() and int(text) <= 32) or text in ("heuristic", "confidence", "cost")
+    return FasterWhisperSystem(spec, model, rest or "int8")

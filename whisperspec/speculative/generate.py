@@ -108,8 +108,8 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                 on_tokens(r, emitted)
             if emitted[-1] == eos_token_id or len(out.tokens) >= max_new_tokens:
                 finished.append(r)
-        if drafter:
-            _learn(drafter, [rows[r] for r in active], verdicts)
+        for r, v in zip(active, verdicts) if drafter else ():
+            drafter.learn(rows[r], v)
         for v in verdicts if not prefilling else ():  # a pass that also read a prompt is no verify cost
             lookahead.update(v, t1 - t0, t2 - t1)
         tail, prefilling = 1, False
@@ -121,17 +121,10 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
     return outs
 
 
-def _propose(drafter, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
+def _propose(drafter: Drafter, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
     if k <= 0:
         return [Proposal([]) for _ in rows]
-    if len(rows) > 1 and hasattr(drafter, "propose_batch"):
-        return drafter.propose_batch(rows, k, contexts)
-    return [drafter.propose(row, k, context) for row, context in zip(rows, contexts)]
-
-
-def _learn(drafter, rows, verdicts) -> None:
-    for row, verdict in zip(rows, verdicts):
-        drafter.learn(row, verdict)
+    return drafter.propose_batch(rows, k, contexts)
 
 
 def _survivors(n: int, finished: list[int]) -> list[int]:
@@ -143,8 +136,8 @@ def _survivors(n: int, finished: list[int]) -> list[int]:
     return [tail.pop() if i in finished else i for i in range(size)]
 
 
-def _drop_rows(target, drafter, keep: list[int]) -> None:
+def _drop_rows(target: CachedModel, drafter: Drafter | None, keep: list[int]) -> None:
     rows = torch.tensor(keep)
     target.reorder(rows)
-    if hasattr(drafter, "reorder"):
+    if drafter:
         drafter.reorder(rows)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from whisperspec import defaults
 from whisperspec.speculative.protocols import Verdict
+from whisperspec.spec import parse_lookahead
 
 
 @dataclass
 class Fixed:
-    lookahead: int = 4
+    lookahead: int
     min_confidence: float = 0.0
 
     def k(self) -> int:
@@ -28,8 +30,8 @@ class Fixed:
 class Heuristic:
     """transformers' "heuristic" schedule: +2 after a fully accepted draft, -1 otherwise."""
 
-    lookahead: int = 5
-    max_lookahead: int = 16
+    lookahead: int = defaults.HEURISTIC_START
+    max_lookahead: int = defaults.HEURISTIC_MAX
     min_confidence: float = 0.0
 
     def k(self) -> int:
@@ -46,8 +48,8 @@ class Heuristic:
 class Confidence(Fixed):
     """Draft up to `lookahead` tokens but stop as soon as the draft is unsure of its next token."""
 
-    lookahead: int = 8
-    min_confidence: float = 0.4
+    lookahead: int = defaults.CONFIDENCE_MAX_LOOKAHEAD
+    min_confidence: float = defaults.CONFIDENCE_THRESHOLD
 
 
 class CostModel:
@@ -62,13 +64,14 @@ class CostModel:
     """
 
     min_confidence = 0.0
-    # Prior slope of the verify line, per drafted token, as a share of a one-token pass (measured
-    # with base: 4 tokens 14.8 ms against 10.9). Before any plain step has been timed, the
-    # intercept comes from passes over several tokens; without a slope they would make a plain
-    # step look as dear as a verify pass and k = 0 could never win.
+    # Prior slope of the verify line, per drafted token, as a share of a one-token pass (the order
+    # of what a verify pass costs on base, docs/BENCHMARKS.md). Before any plain step has been
+    # timed, the intercept comes from passes over several tokens; without a slope they would make
+    # a plain step look as dear as a verify pass and k = 0 could never win.
     VERIFY_SLOPE = 0.12
 
-    def __init__(self, max_lookahead: int = 10, initial: int = 4, smoothing: float = 0.2, probe_every: int = 8):
+    def __init__(self, max_lookahead: int = defaults.COST_MAX_LOOKAHEAD, initial: int = defaults.COST_INITIAL,
+                 smoothing: float = 0.2, probe_every: int = 8):
         self.max_lookahead, self.current, self.smoothing = max_lookahead, initial, smoothing
         self.probe_every, self.plain_rounds = probe_every, 0
         # per-token acceptance = accepted / (accepted + rejections), both averaged over recent rounds
@@ -116,24 +119,16 @@ class CostModel:
         return expected_tokens / cost
 
 
-# Measured fastest here, side by side (docs/BENCHMARKS.md, decode phase, base with its trained
-# draft): fixed 3 1.62x over plain greedy, cost 1.38x (an earlier machine: fixed 3 1.29x, fixed 2
-# 1.28x, cost 1.25x, heuristic 1.21x).
-DEFAULT_LOOKAHEAD = "3"
-
-
-def make_lookahead(spec: str | int | None, default: str = DEFAULT_LOOKAHEAD):
-    """'4' / 4 -> Fixed(4); 'heuristic'; 'confidence[:t]'; 'cost'; a policy object passes through."""
-    if hasattr(spec, "k"):
+def make_lookahead(spec: str | int | None, default: str = defaults.LOOKAHEAD):
+    """A policy from a LOOKAHEAD spec (`whisperspec.spec.parse_lookahead`): 'K', 'heuristic[:K]',
+    'confidence[:T]' or 'cost'; None takes `default`; a policy object passes through."""
+    if spec is not None and not isinstance(spec, (str, int)):
         return spec
-    spec = default if spec is None else str(spec)
-    name, _, arg = spec.partition(":")
+    name, _, argument = parse_lookahead(default if spec is None else spec).partition(":")
     if name.isdigit():
         return Fixed(int(name))
     if name == "heuristic":
-        return Heuristic(int(arg)) if arg else Heuristic()
+        return Heuristic(int(argument)) if argument else Heuristic()
     if name == "confidence":
-        return Confidence(min_confidence=float(arg)) if arg else Confidence()
-    if name == "cost":
-        return CostModel()
-    raise ValueError(f"unknown lookahead {spec!r}: use a number, 'heuristic', 'confidence[:t]' or 'cost'")
+        return Confidence(min_confidence=float(argument)) if argument else Confidence()
+    return CostModel()

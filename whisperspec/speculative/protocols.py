@@ -67,9 +67,36 @@ class Verdict:
     logprobs: list[float] = field(default_factory=list)
 
 
-class Drafter(Protocol):
+class Drafter:
+    """What proposes tokens (transformers' CandidateGenerator: get_candidates / update_candidate_strategy).
+
+    A drafter answers `propose` (one row) or `propose_batch` (rows drafted together); each is by
+    default the other one, row by row. Every other hook does nothing here, so the loop calls each
+    of them on any drafter, and a drafter overrides only what it needs.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.propose is Drafter.propose and cls.propose_batch is Drafter.propose_batch:
+            raise TypeError(f"{cls.__name__} must define propose or propose_batch")
+
     def propose(self, tokens: list[int], k: int, context: DraftContext) -> Proposal:
         """Up to k tokens likely to follow `tokens` (the whole sequence so far)."""
+        return self.propose_batch([tokens], k, [context])[0]
+
+    def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
+        """`propose` for every row of a batch."""
+        return [self.propose(row, k, context) for row, context in zip(rows, contexts)]
 
     def learn(self, tokens: list[int], verdict: Verdict) -> None:
-        """`tokens` is the sequence after the verdict; drop rejected state, adapt."""
+        """After each round: `tokens` is the row's sequence after the verdict. A drafter that
+        re-syncs with the sequence when it next proposes needs nothing here."""
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep only these batch rows, in this order, as the target does (finished rows leave)."""
+
+    def start(self, sequences: list[list[int]]) -> None:
+        """A new generation over these sequences begins (one row each)."""
+
+    def start_window(self, window) -> None:
+        """New conditioning input for every row (Whisper: a 30-s window's encoder output)."""

@@ -44,6 +44,9 @@ class SpeculationStats:
         """Tokens emitted per target pass (1.0 = no gain over plain decoding)."""
         return self.emitted / self.rounds if self.rounds else 0.0
 
+    def rows(self) -> list[tuple[str, str]]:
+        return speculation_rows(self.to_dict())
+
     def to_dict(self) -> dict:
         return {
             "rounds": self.rounds, "proposed": self.proposed, "accepted": self.accepted,
@@ -53,3 +56,11 @@ class SpeculationStats:
             "draft_ms": round(self.draft_seconds * 1e3, 1), "verify_ms": round(self.verify_seconds * 1e3, 1),
             "accept_counts": dict(sorted(self.accept_counts.items())),
         }
+
+
+def speculation_rows(stats: dict) -> list[tuple[str, str]]:
+    """A `SpeculationStats.to_dict()` as (measure, value) rows for people to read."""
+    return [("acceptance", f"{stats.get('acceptance_rate', 0):.1%}"),
+            ("tokens per target pass", f"{stats.get('mean_accepted_length', 0):.2f}"),
+            ("target passes", str(stats.get("target_passes", 0))), ("draft passes", str(stats.get("draft_passes", 0))),
+            ("drafting", f"{stats.get('draft_ms', 0):.0f} ms"), ("verifying", f"{stats.get('verify_ms', 0):.0f} ms")]

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from whisperspec import defaults
 from whisperspec.textlm.generate import generate, generate_batch, prompt_ids
 from whisperspec.textlm.loading import load_causal_lm
 from whisperspec.textlm.models import first_layers
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     truncated = copy.deepcopy(first_layers(model, exit_layer))  # its own weights, as a separate draft has
     systems = {
         "whisperspec greedy": dict(),
-        "whisperspec ngram, k=6": dict(draft="ngram", lookahead="6"),
+        f"whisperspec ngram, k={defaults.TEXT_LM_LOOKAHEAD}": dict(draft="ngram"),
         f"whisperspec early-exit {exit_layer}, shared cache (LayerSkip), k=3":
             dict(draft=f"early-exit:{exit_layer}", lookahead="3"),
         f"whisperspec early-exit {exit_layer}, own cache, k=3": dict(draft=first_layers(model, exit_layer),
@@ -92,7 +93,7 @@ def _bench_batch(model, tokenizer, chat, args) -> None:
     print(f"\n## the {len(prompts)} prompts as one batch\n")
     print("| system | tokens/s (all rows) | rows identical to batch of one |")
     print("|---|---|---|")
-    for name, options in {"greedy": dict(), "ngram, k=6": dict(draft="ngram", lookahead="6")}.items():
+    for name, options in {"greedy": dict(), f"ngram, k={defaults.TEXT_LM_LOOKAHEAD}": dict(draft="ngram")}.items():
         common = dict(chat=chat, max_new_tokens=args.max_new_tokens, **options)
         seconds, alone = _timed(args.repeats, lambda: [generate(model, tokenizer, p, **common) for p in prompts])
         print(f"| {name}, one at a time | {sum(len(o.tokens) for o in alone) / seconds:.1f} | - |")

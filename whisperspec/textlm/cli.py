@@ -6,7 +6,9 @@ import argparse
 import sys
 import time
 
-from whisperspec.textlm.generate import generate, generate_batch
+from whisperspec import defaults
+from whisperspec.spec import SpecError
+from whisperspec.textlm.generate import generate, generate_batch, parse_text_draft
 from whisperspec.textlm.loading import PACKAGED, load_causal_lm
 
 
@@ -14,9 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="whisperspec generate", description=__doc__)
     parser.add_argument("prompt", nargs="+", help="one prompt (streamed), or several (decoded as one batch)")
     parser.add_argument("--model", default="smollm2", help=f"{', '.join(PACKAGED)}, a transformers dir or hub id")
-    parser.add_argument("--draft", default="none", help="none, ngram[:N], early-exit[:E], or a draft model "
-                                                        "with the same tokenizer")
-    parser.add_argument("--lookahead", default=None, help="K, heuristic, confidence[:t] or cost")
+    parser.add_argument("--draft", default="none", help="DRAFT[@LOOKAHEAD]: none, ngram[:N], early-exit[:E], or a "
+                                                        "draft model (another tokenizer drafts through text)")
+    parser.add_argument("--lookahead", default=None,
+                        help=f"the same as DRAFT@LOOKAHEAD: K (default {defaults.TEXT_LM_LOOKAHEAD}), "
+                             "heuristic[:K], confidence[:T] or cost")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--sampling", choices=("residual", "coupled"), default="residual",
@@ -25,9 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--stats", action="store_true")
     args = parser.parse_args(argv)
+    try:
+        draft = parse_text_draft(args.draft, args.lookahead)  # before the model loads
+    except SpecError as error:
+        print(f"whisperspec generate: --draft: {error}", file=sys.stderr)
+        return 2
 
     model, tokenizer = load_causal_lm(args.model)
-    options = dict(draft=args.draft, lookahead=args.lookahead, max_new_tokens=args.max_new_tokens,
+    options = dict(draft=draft, max_new_tokens=args.max_new_tokens,
                    temperature=args.temperature, sampling=args.sampling, chat=args.chat)
     started = time.perf_counter()
     if len(args.prompt) == 1:
@@ -41,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stats:
         seconds = time.perf_counter() - started
         for out in outs:
-            s = out.stats
-            print(f"{len(out.tokens)} tokens | acceptance {s.acceptance_rate:.1%} | tokens per target pass "
-                  f"{s.mean_accepted_length:.2f} | target passes {s.target_passes}, draft passes {s.draft_passes}",
+            print(" | ".join([f"{len(out.tokens)} tokens", *(f"{name} {value}" for name, value in out.stats.rows())]),
                   file=sys.stderr)
         total = sum(len(out.tokens) for out in outs)
         print(f"{total} tokens in {seconds:.2f} s ({total / seconds:.1f} tokens/s)", file=sys.stderr)

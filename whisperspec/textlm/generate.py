@@ -6,7 +6,7 @@ Whisper. The option names users already know work too, so switching is a one-lin
     generate(model, tok, prompt, assistant_early_exit=4, num_assistant_tokens=5)
     generate(model, tok, prompt, generation_config=GenerationConfig(speculative_decoding=True,
              draft_model=small, num_draft_tokens=5))
-    generate(model, tok, prompt, draft="ngram", lookahead="heuristic")     # whisperspec's own
+    generate(model, tok, prompt, draft="ngram@heuristic")                   # whisperspec's own
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from typing import Callable
 
 import torch
 
-from whisperspec.packed_linear import packed_view
+from whisperspec import defaults
+from whisperspec.kernels.packed_linear import packed_view
 from whisperspec.speculative.coupled import GumbelNoise, sampling_noise
+from whisperspec.spec import DrafterKind, DraftSpec, parse_draft
 from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.drafters.ngram import NgramDrafter
@@ -41,7 +43,8 @@ def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead
              **transformers_options) -> TextGeneration:
     """Greedy (token-for-token plain greedy) or sampled (the target's distribution) generation.
 
-    draft: None/"none", "ngram[:N]", "early-exit[:E]", or a model with the same tokenizer.
+    draft: `DRAFT[@LOOKAHEAD]` (`whisperspec.spec`) with DRAFT none, ngram[:N], early-exit[:E] or a
+    model name; or a model object (same tokenizer, or another one with transformers' options).
     sampling (temperature > 0): "residual" (Leviathan et al.'s rule) or "coupled" (shared noise:
     the same tokens for a seed with or without a draft, `whisperspec.speculative.coupled`).
     on_text receives the new text as each round is verified (streaming).
@@ -59,7 +62,7 @@ def generate(model, tokenizer, prompt: str | list[int], *, draft=None, lookahead
             on_text(tokenizer.decode(streamed, skip_special_tokens=True)[len(before):])
 
     out = speculative_generate(target, ids, max_new_tokens, tokenizer.eos_token_id, drafter=drafter,
-                               lookahead=make_lookahead(lookahead, default="6") if drafter else None,
+                               lookahead=_lookahead(draft, lookahead) if drafter else None,
                                temperature=temperature, generator=torch.Generator().manual_seed(seed),
                                noise=_noise(sampling, seed, model), on_tokens=on_tokens)
     return _text(tokenizer, out, stop)
@@ -77,7 +80,7 @@ def generate_batch(model, tokenizer, prompts: list[str | list[int]], *, draft=No
     rows = [prompt_ids(tokenizer, prompt, chat) for prompt in prompts]
     target, drafter = _target_and_drafter(model, tokenizer, draft, rows)
     outs = speculative_generate_batch(target, rows, max_new_tokens, tokenizer.eos_token_id, drafter=drafter,
-                                      lookahead=make_lookahead(lookahead, default="6") if drafter else None,
+                                      lookahead=_lookahead(draft, lookahead) if drafter else None,
                                       temperature=temperature, generator=torch.Generator().manual_seed(seed),
                                       noise=_noise(sampling, seed, model))
     return [_text(tokenizer, out, stop) for out in outs]
@@ -101,17 +104,35 @@ def _target_and_drafter(model, tokenizer, draft, sequences: list[list[int]]):
         target, drafter = CausalLM(model), make_text_drafter(draft, model, tokenizer)
     prefixes = [sequence[:-1] for sequence in sequences]
     target.start(prefixes)
-    if isinstance(drafter, ModelDrafter) and isinstance(drafter.model, CausalLM):
-        drafter.model.start(prefixes)  # so the draft's first sync needs no padding on ragged rows
-    elif isinstance(drafter, CrossTokenizerDrafter):
-        drafter.start(prefixes)  # its draft model holds one row per sequence, in its own tokens
+    if drafter:
+        drafter.start(prefixes)  # a draft holding one row per sequence: its first sync needs no padding
     return target, drafter
 
 
 def _early_exit_layer(draft, model) -> int | None:
-    if not isinstance(draft, str) or draft.partition(":")[0] != "early-exit":
+    if not (isinstance(draft, DraftSpec) and draft.kind == "early-exit"):
         return None
-    return int(draft.partition(":")[2] or model.config.num_hidden_layers // 2)
+    return draft.argument or model.config.num_hidden_layers // 2
+
+
+TEXT_DRAFTERS = (
+    DrafterKind("none", help="plain decoding"),
+    DrafterKind("ngram", "N", help="prompt lookup, n-grams up to N"),
+    DrafterKind("early-exit", "E", help="the target's first E layers"),
+)
+
+
+def parse_text_draft(text: str | DraftSpec | None, lookahead=None) -> DraftSpec:
+    """`DRAFT[@LOOKAHEAD]` for a text LM: none, ngram[:N], early-exit[:E] or a model name."""
+    from whisperspec.textlm.loading import PACKAGED
+
+    return parse_draft(text, TEXT_DRAFTERS, models=PACKAGED, lookahead=lookahead)
+
+
+def _lookahead(draft, lookahead):
+    """A spec's own @LOOKAHEAD, else the given one (a spec or a policy from transformers' options)."""
+    own = draft.lookahead if isinstance(draft, DraftSpec) else None
+    return make_lookahead(own or lookahead, default=defaults.TEXT_LM_LOOKAHEAD)
 
 
 def _text(tokenizer, out, stop: list[str] | None) -> TextGeneration:
@@ -132,25 +153,26 @@ class OtherTokenizerDraft:
 
 
 def make_text_drafter(draft, target_model, target_tokenizer=None):
-    """`target_tokenizer` lets a draft named by string with another vocabulary draft across
-    tokenizers (its own tokenizer is loaded with it)."""
+    """draft: a `DRAFT` spec (text or parsed), a model with the target's tokenizer, or an
+    `OtherTokenizerDraft`. `target_tokenizer` lets a named draft with another vocabulary draft
+    across tokenizers (its own tokenizer is loaded with it)."""
     tokenizers = None
     target_model = packed_view(target_model)
     if isinstance(draft, OtherTokenizerDraft):
         draft, tokenizers = draft.model, (draft.target_tokenizer, draft.tokenizer)
-    if draft in (None, "none"):
-        return None
-    if isinstance(draft, str):
-        name, _, arg = draft.partition(":")
-        if name == "ngram":
-            return NgramDrafter(max_ngram=int(arg or 3))
-        if name == "early-exit":  # with a cache of its own (see `_target_and_drafter` for the shared one)
-            return ModelDrafter(CausalLM(first_layers(target_model, _early_exit_layer(draft, target_model))),
+    if draft is None or isinstance(draft, (str, DraftSpec)):
+        spec = parse_text_draft(draft)
+        if spec.kind == "none":
+            return None
+        if spec.kind == "ngram":
+            return NgramDrafter(max_ngram=spec.argument or defaults.NGRAM_MAX)
+        if spec.kind == "early-exit":  # with a cache of its own (see `_target_and_drafter` for the shared one)
+            return ModelDrafter(CausalLM(first_layers(target_model, _early_exit_layer(spec, target_model))),
                                 target_model.config.vocab_size)
         from whisperspec.textlm.loading import load_causal_lm
 
-        draft, draft_tokenizer = load_causal_lm(draft)
-        if draft.config.vocab_size != target_model.config.vocab_size and target_tokenizer is not None:
+        draft, draft_tokenizer = load_causal_lm(spec.model)
+        if tokenizers is None and draft.config.vocab_size != target_model.config.vocab_size and target_tokenizer:
             tokenizers = (target_tokenizer, draft_tokenizer)
     draft = packed_view(draft)
     if tokenizers is not None:  # drafts in its own tokens, translated through text (as transformers' UAG)
@@ -194,6 +216,8 @@ def _translate_options(draft, lookahead, temperature, options: dict, tokenizer=N
         temperature = options.pop("temperature")
     if options:
         raise TypeError(f"unknown generation options: {', '.join(sorted(options))}")
+    if draft is None or isinstance(draft, str):  # a spec: checked, with a text lookahead folded in
+        draft = parse_text_draft(draft, lookahead if isinstance(lookahead, (str, int)) else None)
     return draft, lookahead, temperature
 
 

@@ -17,10 +17,10 @@ import copy
 import torch
 from torch import nn
 
-from whisperspec.speculative.drafters.model import _common_prefix
+from whisperspec.speculative.drafters.model import DraftModel, _common_prefix
 
 
-class CausalLM:
+class CausalLM(DraftModel):
     """Rows of a batch in one cache, each with its own length.
 
     A cache column is one forward position shared by every row. Prompts of different lengths are
@@ -186,7 +186,7 @@ class LayerSkipLM:
             raise ValueError("early-exit cache reuse decodes one sequence at a time")
 
 
-class _EarlyExitDraft:
+class _EarlyExitDraft(DraftModel):
     """The `DraftModel` side of a LayerSkipLM: the first E layers + the final norm and head."""
 
     vocab_ids = None

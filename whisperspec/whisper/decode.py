@@ -96,7 +96,7 @@ class WindowDecoder:
         decoded again, alone, at the next temperature."""
         runtime, special = self.runtime, self.runtime.special
         runtime.decoder.start(window.hidden)
-        if hasattr(self.drafter, "start_window"):
+        if self.drafter:
             self.drafter.start_window(window)
         prompts = prompts or [[] for _ in range(len(window.hidden))]
         languages = [options.language] * len(prompts)

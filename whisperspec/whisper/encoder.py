@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from whisperspec.blocked_attention import AVAILABLE, blocked_self_attention
-from whisperspec.int8_linear import Int8Linear
-from whisperspec.packed_linear import onednn_linear, packed_copy, packed_weight
+from whisperspec.kernels.blocked_attention import AVAILABLE, blocked_self_attention
+from whisperspec.kernels.int8_linear import Int8Linear
+from whisperspec.kernels.packed_linear import onednn_linear, packed_copy, packed_weight
 
 
 class Encoder:

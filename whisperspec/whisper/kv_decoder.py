@@ -3,7 +3,7 @@
 transformers' decoder is exact but slow in the one place speculative decoding lives: a pass over a
 few new tokens (building masks and cache objects costs more than the maths on this CPU). This class
 reads the weights of a transformers `WhisperDecoder` (no copy; its linears run on oneDNN-prepacked
-weights, see `whisperspec.packed_linear`) and runs them with a preallocated cache, so that
+weights, see `whisperspec.kernels.packed_linear`) and runs them with a preallocated cache, so that
 
 * one step and a k-token verify pass go through the same few lines of torch,
 * rolling back rejected draft tokens is just moving a length (`rollback`),
@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from whisperspec.int8_linear import Int8Linear
-from whisperspec.packed_linear import PackedLinear, packed_copy
+from whisperspec.kernels.int8_linear import Int8Linear
+from whisperspec.kernels.packed_linear import PackedLinear, packed_copy
 from whisperspec.whisper.decoder_pass import DecoderLayer, attention_mask, script_single_row_pass, split_heads
 
 

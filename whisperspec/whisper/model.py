@@ -27,7 +27,7 @@ COMPUTE_TYPES = ("float32", "int8")
 
 class WhisperRuntime:
     """compute_type "int8" (faster-whisper's name): the encoder and the per-window cross-attention
-    projections run int8 products (`whisperspec.int8_linear`); the decoder's per-token work stays
+    projections run int8 products (`whisperspec.kernels.int8_linear`); the decoder's per-token work stays
     float32, so speculative decoding still gives exactly this runtime's own greedy tokens."""
 
     def __init__(self, model, tokenizer, generation_config=None, compute_type: str = "float32"):

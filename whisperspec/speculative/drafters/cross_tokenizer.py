@@ -26,7 +26,7 @@ look-behind windows go negative on short sequences and misalign. Here the encodi
 the draft side re-encodes all the text and the target side looks back one token.
 
 Nothing here knows a particular model: both tokenizers, the special-token map and the draft's own
-logit rules are injected (see `whisperspec.whisper.cross_tokenizer` and `whisperspec.textlm.generate`).
+logit rules are injected (see `whisperspec.whisper.drafters.cross_tokenizer` and `whisperspec.textlm.generate`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from whisperspec.speculative.drafters.model import ModelDrafter, _common_prefix
-from whisperspec.speculative.protocols import DraftContext, LogitFilter, Proposal, Verdict, no_filter
+from whisperspec.speculative.protocols import DraftContext, Drafter, LogitFilter, Proposal, no_filter
 
 INCOMPLETE = "\ufffd"  # what decoding shows for the bytes of a character not complete yet
 MAX_CHARACTER_TOKENS = 3  # a UTF-8 character has at most 4 bytes, so at most 3 tokens end inside one
@@ -86,7 +86,7 @@ class DraftView:
     pending: list[int]  # target tokens after `tail` that end inside a character
 
 
-class CrossTokenizerDrafter:
+class CrossTokenizerDrafter(Drafter):
     """Wraps a `ModelDrafter` that speaks the draft's tokens; answers the engine in the target's."""
 
     def __init__(self, draft: ModelDrafter, target_vocabulary: Vocabulary, draft_vocabulary: Vocabulary,
@@ -110,9 +110,6 @@ class CrossTokenizerDrafter:
                                    draft_start=leading_special_tokens(draft_tokenizer)),
                    draft_eos=draft_tokenizer.eos_token_id, max_draft_length=max_draft_length)
 
-    def propose(self, tokens: list[int], k: int, context: DraftContext) -> Proposal:
-        return self.propose_batch([tokens], k, [context])[0]
-
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
         views = [self.to_draft(row) for row in rows]
         draft_rows = [view.tokens for view in views]
@@ -131,14 +128,14 @@ class CrossTokenizerDrafter:
                 for view, p in zip(views, proposals)]
 
     def start(self, sequences: list[list[int]]) -> None:
-        """A new batch (one row per target sequence), for draft models that hold a fixed number of
-        rows: they start holding each sequence in draft tokens."""
-        start = getattr(self.draft.model, "start", None)
-        if start is not None:
-            start([self.to_draft(sequence).tokens for sequence in sequences])
+        """A new batch: the draft starts holding each target sequence, in draft tokens."""
+        self.draft.start([self.to_draft(sequence).tokens for sequence in sequences])
 
-    def learn(self, tokens: list[int], verdict: Verdict) -> None:
-        pass  # the next `propose` re-encodes the sequence; the draft re-syncs its cache by common prefix
+    def start_window(self, window) -> None:
+        self.draft.start_window(window)
+
+    # learn: nothing to do, the next `propose` re-encodes the sequence and the draft re-syncs its
+    # cache by common prefix
 
     def reorder(self, rows) -> None:
         self.draft.reorder(rows)

@@ -1,7 +1,8 @@
 """A draft *model* proposing tokens one forward pass at a time, its KV cache kept in sync.
 
-Any small causal model can draft once it answers the `DraftModel` calls: a shared-encoder Whisper
-draft decoder, the first layers of the target itself (early exit), an int8 copy, a separate LM.
+*Drafter* is what proposes; *draft model* is the network a drafter may run. Any small causal
+model can draft once it answers the `DraftModel` calls: a shared-encoder Whisper draft decoder, the
+first layers of the target itself (early exit), an int8 copy, a separate LM.
 The drafter never needs to be told what was rejected: before proposing it compares the tokens its
 cache holds with the sequence and rolls back to the common prefix (as transformers' assisted
 generation crops its cache). Rows of a batch draft together in one forward pass per step.
@@ -9,29 +10,43 @@ generation crops its cache). Rows of a batch draft together in one forward pass 
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable
 
 import torch
 
 from whisperspec.speculative.coupled import coupled_choice
-from whisperspec.speculative.protocols import DraftContext, Proposal, Verdict
+from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal
 
 
-class DraftModel(Protocol):
-    vocab_ids: torch.Tensor | None  # full-vocabulary ids of the logits' columns (reduced head), or None
+class DraftModel:
+    """A network with a KV cache that a `ModelDrafter` runs. The start and reorder hooks do nothing
+    here: a draft model whose cache belongs to another (an early exit) or that needs no set-up
+    leaves them as they are."""
+
+    vocab_ids: torch.Tensor | None = None  # full-vocabulary ids of the logits' columns (reduced head), or None
 
     def held_tokens(self, row: int) -> list[int]:
         """The tokens whose keys/values the cache holds for `row`, in order."""
+        raise NotImplementedError
 
-    def rollback(self, lengths: list[int]) -> None: ...
-
-    def reorder(self, rows: torch.Tensor) -> None: ...
+    def rollback(self, lengths: list[int]) -> None:
+        raise NotImplementedError
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [batch, n] -> logits [batch, n, vocab or len(vocab_ids)]."""
+        raise NotImplementedError
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep only these batch rows, in this order."""
+
+    def start(self, sequences: list[list[int]]) -> None:
+        """A new batch, one row per sequence (a draft model holding a fixed number of rows)."""
+
+    def start_window(self, window) -> None:
+        """New conditioning input for every row (Whisper: a window's encoder output)."""
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """`view`: the part of a sequence the draft model reads (default: all of it), e.g. a shorter
     context than the target's, closer to what the draft was trained on. The verifier still sees
     the whole sequence, so output is unchanged; only acceptance can move. It must let new tokens
@@ -41,9 +56,6 @@ class ModelDrafter:
                  view: Callable[[list[int]], list[int]] | None = None):
         self.model, self.vocab_size = model, vocab_size
         self.view = view
-
-    def propose(self, tokens: list[int], k: int, context: DraftContext) -> Proposal:
-        return self.propose_batch([tokens], k, [context])[0]
 
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
         feed = self._sync(rows)
@@ -69,11 +81,16 @@ class ModelDrafter:
         passes = step + 1 if k else 0
         return [Proposal(d, torch.stack(p) if p else None, forward_passes=passes) for d, p in zip(drafted, probs)]
 
-    def learn(self, tokens: list[int], verdict: Verdict) -> None:
-        pass  # `propose` re-syncs the cache with whatever the sequence has become
+    # learn: nothing to do, `propose` re-syncs the cache with whatever the sequence has become
 
     def reorder(self, rows: torch.Tensor) -> None:
         self.model.reorder(rows)
+
+    def start(self, sequences: list[list[int]]) -> None:
+        self.model.start([self.view(s) for s in sequences] if self.view else sequences)
+
+    def start_window(self, window) -> None:
+        self.model.start_window(window)
 
     def _sync(self, rows: list[list[int]]) -> list[list[int]]:
         """Roll each row's cache back to its longest prefix of the row (last token excluded) and

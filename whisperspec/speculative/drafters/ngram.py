@@ -7,11 +7,12 @@ text for a language model, repeated phrases.
 
 from __future__ import annotations
 
-from whisperspec.speculative.protocols import DraftContext, Proposal, Verdict
+from whisperspec import defaults
+from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal
 
 
-class NgramDrafter:
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, reference: list[int] | None = None):
+class NgramDrafter(Drafter):
+    def __init__(self, max_ngram: int = defaults.NGRAM_MAX, min_ngram: int = 1, reference: list[int] | None = None):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.reference = list(reference or [])  # extra text to search, before the sequence itself
 
@@ -25,9 +26,6 @@ class NgramDrafter:
                     continuation = haystack[start + n:start + n + k]
                     return Proposal(_until_eos(continuation, context.eos_token_id))
         return Proposal([])
-
-    def learn(self, tokens: list[int], verdict: Verdict) -> None:
-        pass  # stateless: the sequence itself is the memory
 
 
 def _until_eos(tokens: list[int], eos: int | None) -> list[int]:

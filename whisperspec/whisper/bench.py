@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +23,9 @@ from pathlib import Path
 import torch
 
 from whisperspec.audio import N_FRAMES, N_SAMPLES, load_audio, log_mel_spectrogram
-from whisperspec.drafting import make_drafter
+from whisperspec import defaults
+from whisperspec.spec import SpecError, parse_lookahead
+from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
@@ -34,11 +37,11 @@ DEFAULT_CLIPS = Path(__file__).resolve().parents[1] / "tests" / "data"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="whisperspec bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="base")
+    parser.add_argument("--model", default=defaults.MODEL)
     parser.add_argument("--audio", nargs="*", type=Path, help="audio files (default: tests/data/*.flac)")
-    parser.add_argument("--drafts", default="int8,early-exit,ngram",
-                        help="comma-separated drafter specs, each optionally @LOOKAHEAD (auto@2,auto@cost)")
-    parser.add_argument("--lookahead", default="4", help="for drafts given without @LOOKAHEAD")
+    parser.add_argument("--drafts", default="auto,int8,early-exit,ngram",
+                        help="comma-separated DRAFT[@LOOKAHEAD] specs (auto@2,auto@cost)")
+    parser.add_argument("--lookahead", default=defaults.LOOKAHEAD, help="for drafts given without @LOOKAHEAD")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=0, help="also time batched decoding of this many windows")
     parser.add_argument("--batch-lookahead", default=None,
@@ -48,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flips", action="store_true",
                         help="also count argmax flips between one-token steps and k-token passes (k = 2..8)")
     args = parser.parse_args(argv)
+    try:  # every spec checked before anything loads
+        entries = [parse_draft_spec(entry) for entry in filter(None, args.drafts.split(","))]
+        for lookahead in [args.lookahead, *(args.batch_lookahead or "").split(",")]:
+            if lookahead:
+                parse_lookahead(lookahead)
+    except SpecError as error:
+        print(f"whisperspec bench: {error}", file=sys.stderr)
+        return 2
 
     transcriber = Transcriber(args.model)
     runtime = transcriber.runtime
@@ -61,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         print_flips(runtime, windows, options)
     drafters, lookaheads = {"none": None}, {"none": None}
     built = {}
-    for entry in filter(None, args.drafts.split(",")):
-        spec, _, lookahead = entry.partition("@")
+    for entry in entries:
+        spec = entry.drafter
         built[spec] = built.get(spec) or make_drafter(spec, runtime)  # one drafter, several lookaheads
-        drafters[entry], lookaheads[entry] = built[spec], lookahead or args.lookahead
+        drafters[str(entry)], lookaheads[str(entry)] = built[spec], entry.lookahead or args.lookahead
     print_decode_phase(runtime, windows, options, drafters, lookaheads, args.repeats)
     if args.batch:
         batch_lookaheads = (args.batch_lookahead or args.lookahead).split(",")

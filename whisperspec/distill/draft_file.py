@@ -61,7 +61,7 @@ def read_metadata(path: Path) -> dict:
 
 def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor]:
     """(the draft as a Whisper model sharing the main encoder and embeddings, the ids its head scores)."""
-    from whisperspec.whisper.drafters import draft_from_main
+    from whisperspec.distill.layout import draft_from_main
 
     meta = read_metadata(path)
     if meta["main_fingerprint"] != fingerprint(main):

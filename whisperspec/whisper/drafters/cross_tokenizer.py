@@ -17,25 +17,21 @@ from typing import Sequence
 import torch
 
 from whisperspec.speculative.drafters.cross_tokenizer import CrossTokenizerDrafter, SpecialTokenMap, Vocabulary
-from whisperspec.whisper.drafters import DecoderDraft, WhisperDrafter, reduced_vocab
-from whisperspec.whisper.model import EncodedWindow, WhisperRuntime
+from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.whisper.drafters.draft_models import WindowDraftModel, reduced_vocab
+from whisperspec.whisper.model import WhisperRuntime
 from whisperspec.whisper.rules import WhisperLogitFilter
 from whisperspec.whisper.tokens import WhisperTokens
 
 
-class WhisperCrossTokenizerDrafter(CrossTokenizerDrafter):
-    def start_window(self, window: EncodedWindow) -> None:
-        self.draft.start_window(window)
-
-
 def cross_tokenizer_drafter(main: WhisperRuntime, draft: WhisperRuntime,
-                            vocab_size_kept: int | None = None) -> WhisperCrossTokenizerDrafter:
+                            vocab_size_kept: int | None = None) -> CrossTokenizerDrafter:
     """`draft` proposes in its own tokens, from its own encoder pass over each window's mel;
     `vocab_size_kept`: its head scores only that many of its most frequent text tokens (the head
     is the larger part of a small draft's step; the main model still decides on every token)."""
-    model = DecoderDraft(draft.decoder, reduced_vocab(draft, vocab_size_kept), encoder=draft.encoder)
-    return WhisperCrossTokenizerDrafter(
-        WhisperDrafter(model, draft.vocab_size), _vocabulary(main), _vocabulary(draft),
+    model = WindowDraftModel(draft.decoder, reduced_vocab(draft, vocab_size_kept), encoder=draft.encoder)
+    return CrossTokenizerDrafter(
+        ModelDrafter(model, draft.vocab_size), _vocabulary(main), _vocabulary(draft),
         special_token_map(main.special, main.vocab_size, draft.special, draft.vocab_size),
         draft_filter=DraftRules(draft.special, draft.vocab_size), draft_eos=draft.special.eot,
         max_draft_length=draft.max_length)

@@ -1,0 +1,23 @@
+"""Every default a user can meet, in one place: the CLI, the API, the demo, bench, evaluate, distill
+and the text-LM module all read them from here. Why each value: docs/BENCHMARKS.md."""
+
+MODEL = "base"
+DRAFT = "none"  # plain greedy decoding: the reference every drafter must equal
+
+# Tokens drafted per round. Whisper: a fixed 3 was the fastest policy measured with base's trained
+# draft end to end and on long-form. Text LMs: n-gram lookup pays off on long copied runs.
+LOOKAHEAD = "3"
+TEXT_LM_LOOKAHEAD = "6"
+
+# Lookahead policies (`@heuristic`, `@confidence[:t]`, `@cost`).
+HEURISTIC_START, HEURISTIC_MAX = 5, 16  # transformers' "heuristic" schedule
+CONFIDENCE_THRESHOLD, CONFIDENCE_MAX_LOOKAHEAD = 0.4, 8
+COST_MAX_LOOKAHEAD, COST_INITIAL = 10, 4
+
+# Drafters.
+NGRAM_MAX = 3  # longest n-gram prompt lookup matches
+INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
+TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`distill --vocab`)
+
+# `whisperspec distill`
+DISTILL_EPOCHS = 5

@@ -1,0 +1,1 @@
+"""Kernels: the products our encoder and decoders run (oneDNN prepacked, int8, blocked attention)."""

@@ -1,0 +1,156 @@
+"""The networks Whisper's drafters run: a KV decoder seen as a `DraftModel`, over each window.
+
+* `WindowDraftModel`: a decoder with its own cache, started on each window's encoder output — the
+  main encoder's (a shared-encoder draft: no second encoder pass), its own encoder's (a separate
+  Whisper, run on the window's mel), and reusing the main decoder's cross-attention keys/values
+  where its projections are the main decoder's (an int8 copy, a distilled draft);
+* `EarlyExitDraftModel`: the main decoder's own first E layers, in the main decoder's cache.
+
+Any of them can score only a subset of the vocabulary (`vocab_ids`): the head is the costliest part
+of a draft step, and the verifier still decides on the full vocabulary, so output is unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+from torch import nn
+
+from whisperspec.kernels.packed_linear import PackedLinear
+from whisperspec.speculative.drafters.model import DraftModel
+from whisperspec.whisper.encoder import Encoder
+from whisperspec.whisper.kv_decoder import KVDecoder
+from whisperspec.whisper.model import EncodedWindow
+
+# Drafts read the window's cross-attention keys/values in float32, like the main decoder: torch's
+# bfloat16 attention of one query over 1500 frames is far slower on CPUs without bfloat16 units
+# (docs/BENCHMARKS.md).
+
+
+class WindowDraftModel(DraftModel):
+    """A KV decoder drafting with a cache of its own.
+
+    encoder: a draft with its own encoder runs it on each window's mel (None: it reads the main
+    encoder's output). cross_source: a decoder with the same cross-attention projections (the main
+    one: an int8 copy, or a distilled draft whose layer i copied main layer `cross_layers[i]`);
+    once it has started on the window, its keys/values are reused, not projected again.
+    head: what scores `vocab_ids` (None: the decoder's own head, sliced to them).
+    """
+
+    def __init__(self, decoder: KVDecoder, vocab_ids: torch.Tensor | None = None, *, head: nn.Module | None = None,
+                 encoder: Encoder | None = None, cross_source: KVDecoder | None = None,
+                 cross_layers: list[int] | None = None):
+        self.decoder, self.vocab_ids, self.encoder = decoder, vocab_ids, encoder
+        self.cross_source, self.cross_layers = cross_source, cross_layers
+        self.head = reduced_head(decoder.head, vocab_ids) if head is None and vocab_ids is not None else head
+
+    @torch.inference_mode()
+    def start_window(self, window: EncodedWindow) -> None:
+        hidden = window.hidden if self.encoder is None else self.encoder(window.mel)
+        self.decoder.start(hidden, share_cross_with=self.cross_source, cross_layers=self.cross_layers)
+
+    def held_tokens(self, row: int) -> list[int]:
+        return self.decoder.fed_tokens[row, :int(self.decoder.lengths[-1, row])].tolist()
+
+    def rollback(self, lengths: list[int]) -> None:
+        self.decoder.rollback(lengths)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        self.decoder.reorder(rows)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.decoder.forward(tokens, head=self.head)
+
+
+class EarlyExitDraftModel(DraftModel):
+    """The main decoder's first `exit_layer` layers and its head (sliced to `vocab_ids`). Their
+    cache entries are the main decoder's: the pass that verifies the same tokens starts above them."""
+
+    def __init__(self, main: KVDecoder, exit_layer: int, vocab_ids: torch.Tensor | None = None):
+        self.decoder, self.exit_layer, self.vocab_ids = main, exit_layer, vocab_ids
+        self.head = reduced_head(main.head, vocab_ids) if vocab_ids is not None else None
+
+    def held_tokens(self, row: int) -> list[int]:
+        return self.decoder.fed_tokens[row, :int(self.decoder.lengths[self.exit_layer - 1, row])].tolist()
+
+    def rollback(self, lengths: list[int]) -> None:
+        self.decoder.rollback(lengths, layers=self.exit_layer)  # the layers above are the main model's
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.decoder.forward(tokens, exit_layer=self.exit_layer, head=self.head)
+
+    # start_window / reorder: the main decoder starts and reorders the cache it shares
+
+
+def reduced_head(head: nn.Module, vocab_ids: torch.Tensor) -> PackedLinear:
+    """An output projection scoring only `vocab_ids` (rows of the full head)."""
+    return PackedLinear(head.weight.detach()[vocab_ids].contiguous())
+
+
+def frequent_vocab(vocab_size: int, eot: int, size: int) -> torch.Tensor:
+    """The `size` most frequent text tokens plus every special and timestamp token.
+
+    Byte-level BPE ids follow merge order, which follows corpus frequency, so low ids are the
+    common ones; special and timestamp tokens (ids from end-of-text on) must stay reachable.
+    """
+    return torch.cat([torch.arange(min(size, eot)), torch.arange(eot, vocab_size)])
+
+
+def reduced_vocab(runtime, size: int | None) -> torch.Tensor | None:
+    """The ids a draft head of `size` text tokens scores for `runtime`'s vocabulary (None: all)."""
+    if size is None or size >= runtime.special.eot:
+        return None
+    return frequent_vocab(runtime.vocab_size, runtime.special.eot, size)
+
+
+def cross_attention_pool(draft_model: nn.Module) -> int:
+    """How many encoder frames a draft's cross-attention averages into one (1: none); a distilled
+    draft's file says so (`whisperspec distill --cross-pool`)."""
+    return int(getattr(draft_model.config, "cross_attention_pool", 1))
+
+
+def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
+    """For each draft decoder layer, the main decoder layer with exactly the same cross-attention
+    key/value projections, or None unless every draft layer has one."""
+    def projections(layer):
+        attn = layer.encoder_attn
+        return [attn.k_proj.weight, attn.v_proj.weight, attn.v_proj.bias]
+
+    def same(a, b):
+        return all(x is y or (x is not None and y is not None and x.dtype == y.dtype and x.shape == y.shape
+                              and torch.equal(x, y)) for x, y in zip(projections(a), projections(b)))
+
+    sources = [next((j for j, m in enumerate(main.layers) if same(layer, m)), None) for layer in draft.layers]
+    return None if None in sources else sources
+
+
+def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
+                 max_length: int, cross_pool: int = 1) -> KVDecoder:
+    """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder.
+
+    Every linear is dynamically quantised (int8 weights, activations quantised per call): a draft
+    step costs about half of its float32 one, with the same acceptance (docs/BENCHMARKS.md).
+    """
+    # torch.ao's quantize_dynamic is deprecated in favour of torchao's quantize_, and it warns so.
+    # We keep it because torchao's CPU int8 linear is a slow reference path (aten::_int_mm plus
+    # dtype conversions around it), several times slower than this one for a decoder step
+    # (docs/BENCHMARKS.md, "int8 kernels"). Revisit when torchao gets a fast CPU int8 kernel.
+    from torch.ao.quantization import quantize_dynamic
+
+    # The copy shares the token embeddings (a lookup table, never quantised: 106 MB for base)
+    # when they are already float32, so .float() leaves them as they are.
+    embeddings = decoder.embed_tokens.weight
+    memo = {id(embeddings): embeddings} if embeddings.dtype == torch.float32 else {}
+    decoder = copy.deepcopy(decoder, memo).float()  # int8 kernels take float32 activations
+    weight = head_weight.detach().float()
+    weight = weight if vocab_ids is None else weight[vocab_ids]
+    head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    head.weight = nn.Parameter(weight, requires_grad=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(deprecated|migrat).*")  # the choice is explained above
+        # inplace: `decoder` is already our copy (by default quantize_dynamic deep-copies it again)
+        quantized = quantize_dynamic(nn.ModuleDict({"decoder": decoder, "head": head}), {nn.Linear},
+                                     dtype=torch.qint8, inplace=True)
+    return KVDecoder(quantized["decoder"], quantized["head"], max_length=max_length, cross_pool=cross_pool)

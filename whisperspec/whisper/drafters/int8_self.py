@@ -1,0 +1,15 @@
+"""The int8 self-draft: the main decoder itself with int8 weights, its head scoring the most frequent
+tokens. Nothing to train or ship; its cross-attention keys/values are the main decoder's (exact,
+and not projected twice)."""
+
+from __future__ import annotations
+
+from whisperspec import defaults
+from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.whisper.drafters.draft_models import WindowDraftModel, int8_decoder, reduced_vocab
+
+
+def int8_self_drafter(runtime, vocab_size_kept: int | None = defaults.INT8_DRAFT_HEAD) -> ModelDrafter:
+    ids = reduced_vocab(runtime, vocab_size_kept)
+    kv = int8_decoder(runtime.model.model.decoder, runtime.model.proj_out.weight, ids, runtime.max_length)
+    return ModelDrafter(WindowDraftModel(kv, ids, head=kv.head, cross_source=runtime.decoder), runtime.vocab_size)

@@ -1,0 +1,58 @@
+"""A draft trained by `whisperspec distill` for the main model (its file format: `whisperspec.distill.draft_file`).
+
+Its few layers read the main encoder's output (no second encoder pass) and reuse the main decoder's
+cross-attention keys/values where distillation kept the projections frozen; its head scores its
+own slice of the vocabulary; it runs with int8 weights; and it drafts without long-form's
+previous-text prompt, which it was not trained to read (`without_prompt`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+from whisperspec.distill.draft_file import load_draft, shipped_draft
+from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.whisper.drafters.draft_models import (WindowDraftModel, cross_attention_pool, int8_decoder,
+                                                       shared_cross_layers)
+from whisperspec.whisper.kv_decoder import KVDecoder
+
+
+def shipped_drafter(runtime) -> ModelDrafter | None:
+    """The draft shipped in whisperspec/assets for this main model, if one is."""
+    path = shipped_draft(runtime.model)
+    return trained_drafter(path, runtime) if path else None
+
+
+def trained_drafter(path: Path, runtime) -> ModelDrafter:
+    draft, vocab_ids = load_draft(path, runtime.model)
+    return distilled_drafter(runtime, draft, vocab_ids)
+
+
+def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True) -> ModelDrafter:
+    """A distil-whisper-layout draft over the main encoder, scoring `vocab_ids`; `int8`: its decoder
+    and head run with int8 weights (half the cost of a step, the same acceptance)."""
+    pool = cross_attention_pool(draft)
+    if int8:  # its head already scores just `vocab_ids`
+        kv = int8_decoder(draft.model.decoder, draft.proj_out.weight, vocab_ids, runtime.max_length, pool)
+        head = kv.head
+    else:
+        kv, head = KVDecoder.from_model(draft, max_length=runtime.max_length, cross_pool=pool), None
+    cross_layers = shared_cross_layers(draft.model.decoder, runtime.model.model.decoder)
+    model = WindowDraftModel(kv, vocab_ids, head=head, cross_source=runtime.decoder if cross_layers else None,
+                             cross_layers=cross_layers)
+    return ModelDrafter(model, runtime.vocab_size, view=without_prompt(runtime.special))
+
+
+def without_prompt(special):
+    """A drafter view (`ModelDrafter(view=)`) of a window's tokens without its previous-text prompt
+    (<|startofprev|> ... up to <|startoftranscript|>): the main model, which verifies, still reads it.
+
+    Long-form decoding conditions each window on up to 223 tokens of earlier text; a distilled
+    draft, trained with no prompt or a short one, agrees far less under it (docs/BENCHMARKS.md)."""
+    def view(tokens: list[int]) -> list[int]:
+        if tokens and tokens[0] == special.sot_prev and special.sot in tokens:
+            return tokens[tokens.index(special.sot):]
+        return tokens
+    return view
