@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import math
 import os
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,6 +24,9 @@ N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000 samples in one 30-s window
 N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in one window
 
 DEFAULT_MAX_SECONDS = 4 * 3600.0
+# Sample rates real audio comes at; a header outside them is a broken or hostile file (a "1 Hz"
+# WAV of 28 KB would resample to hours of audio).
+MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 2000, 768000
 # Peak below -60 dBFS: digital silence, dither or codec noise floor, never speech.
 SILENCE_PEAK = 1e-3
 
@@ -44,7 +50,7 @@ def load_audio(source, sample_rate: int | None = None, *, max_seconds: float = D
         samples, rate = _read_file(Path(source), max_seconds)
     else:
         name = "audio array"
-        rate = sample_rate or SAMPLE_RATE
+        rate = _array_rate(sample_rate, name)
         samples = _array_to_mono(source, name)
         _check_duration(name, len(samples), rate, max_seconds)
     _check_samples(name, samples)
@@ -61,9 +67,17 @@ def is_silent(audio, threshold: float = SILENCE_PEAK) -> bool:
 
 
 def _read_file(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
-    if not path.is_file():
-        raise AudioError(f"{path}: no such file")
-    if path.stat().st_size == 0:
+    try:
+        info = path.stat()
+    except OSError as error:
+        reason = {errno.ENOENT: "no such file", errno.ELOOP: "a loop of symbolic links",
+                  errno.EACCES: "permission denied", errno.ENOTDIR: "no such file"}.get(error.errno, error.strerror)
+        raise AudioError(f"{path}: {reason}") from error
+    if stat.S_ISDIR(info.st_mode):
+        raise AudioError(f"{path}: is a folder, not an audio file")
+    if not stat.S_ISREG(info.st_mode):
+        raise AudioError(f"{path}: not a regular file (a FIFO, socket or device is not read)")
+    if info.st_size == 0:
         raise AudioError(f"{path}: file is empty (0 bytes)")
     try:
         return _read_with_soundfile(path, max_seconds)
@@ -79,6 +93,7 @@ def _read_file(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
 def _read_with_soundfile(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
     """libsndfile: wav/flac/ogg/mp3 and friends, read whole with the length checked first."""
     with sf.SoundFile(path) as file:
+        _check_rate(str(path), file.samplerate)
         _check_duration(str(path), file.frames, file.samplerate, max_seconds)
         frames = file.read(dtype="float32", always_2d=True)  # [samples, channels]
         return frames.mean(axis=1), file.samplerate
@@ -91,6 +106,7 @@ def _read_with_pyav(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
         if not container.streams.audio:
             raise AudioError(f"{path}: contains no audio stream")
         stream = container.streams.audio[0]
+        _check_rate(str(path), stream.rate)
         # Any codec sample format → float planar in [-1, 1]. Rate and layout are kept, so the
         # resampler buffers nothing and needs no flush.
         to_float = av.AudioResampler(format="fltp")
@@ -114,10 +130,35 @@ def _array_to_mono(source, name: str) -> np.ndarray:
         raise AudioError(f"{name}: expected 1-D or 2-D samples, got shape {array.shape}")
     if np.issubdtype(array.dtype, np.signedinteger):  # integer PCM: full scale is the type's range
         array = array / -float(np.iinfo(array.dtype).min)
+    elif np.issubdtype(array.dtype, np.unsignedinteger):  # unsigned PCM (8-bit WAV): silence is mid-range
+        middle = float(np.iinfo(array.dtype).max // 2 + 1)
+        array = (array.astype(np.float64) - middle) / middle
+    elif not np.issubdtype(array.dtype, np.floating):
+        raise AudioError(f"{name}: samples must be numbers (float or integer PCM), got {array.dtype}")
     array = array.astype(np.float32, copy=False)
     if array.ndim == 2:
         array = array.mean(axis=int(np.argmin(array.shape)))  # channels are the smaller dimension
     return array
+
+
+def _array_rate(sample_rate, name: str) -> int:
+    """The rate of samples given as an array: None means 16 kHz; anything else a whole number of Hz."""
+    if sample_rate is None:
+        return SAMPLE_RATE
+    try:
+        rate = float(sample_rate)
+    except (TypeError, ValueError):
+        rate = math.nan
+    if not (math.isfinite(rate) and rate == int(rate) and rate > 0):
+        raise AudioError(f"{name}: sample_rate {sample_rate!r} is not a positive whole number of Hz")
+    _check_rate(name, int(rate))
+    return int(rate)
+
+
+def _check_rate(name: str, rate: int) -> None:
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise AudioError(f"{name}: sample rate {rate} Hz is not a plausible audio rate "
+                         f"({MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz)")
 
 
 def _check_duration(name: str, n_samples: int, rate: int, max_seconds: float) -> None:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
 from whisperspec import defaults
+from whisperspec.spec import SpecError
 
 
 # Subcommands that parse their own arguments: `whisperspec NAME ...` calls MODULE.FUNCTION(argv).
@@ -34,7 +37,11 @@ DELEGATED = {
 def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():  # restores the default display when main() returns
         warnings.showwarning = _show_warning
-        return _run(sys.argv[1:] if argv is None else list(argv))
+        try:
+            return _run(sys.argv[1:] if argv is None else list(argv))
+        except KeyboardInterrupt:  # files are written atomically: nothing half-written is left
+            print("whisperspec: interrupted", file=sys.stderr)
+            return 130
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -75,7 +82,7 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--lookahead", default=None,
                    help=f"the same as DRAFT@LOOKAHEAD: K (default {defaults.LOOKAHEAD}), heuristic[:K], "
                         "confidence[:T] or cost")
-    p.add_argument("--temperature", type=float, default=None,
+    p.add_argument("--temperature", default=None,
                    help="fixed sampling temperature (default: greedy with openai-whisper's fallback)")
     p.add_argument("--sampling", choices=("coupled", "residual"), default="coupled",
                    help="at temperature > 0: coupled (the same text with or without a draft) or residual")
@@ -92,31 +99,29 @@ def _run_transcribe(args) -> int:
 
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     unknown = set(formats) - set(WRITERS) - {"all"}
-    if unknown:
-        print(f"whisperspec: unknown format(s) {', '.join(sorted(unknown))}; use {', '.join(WRITERS)} or all",
-              file=sys.stderr)
+    if unknown or not formats:
+        print(f"whisperspec: --format {args.format!r}: use one or more of {', '.join(WRITERS)}, comma-separated, "
+              "or all", file=sys.stderr)
         return 2
-    from whisperspec.spec import SpecError
-    from whisperspec.whisper.drafters import parse_draft_spec
-
-    try:
-        draft = parse_draft_spec(args.draft, args.lookahead)
-    except SpecError as error:
-        print(f"whisperspec: --draft: {error}", file=sys.stderr)
+    if args.output_dir and not _writable_folder(args.output_dir):
         return 2
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar, on a cold disk
-    try:
-        transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=draft,
-                                  language=args.language, task=args.task,
+    try:  # every option is checked before the model loads
+        transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
+                                  lookahead=args.lookahead, language=args.language, task=args.task,
                                   timestamps=args.timestamps, temperature=args.temperature,
                                   initial_prompt=args.initial_prompt, progress=not args.quiet,
                                   sampling=args.sampling)
-    except (OSError, ValueError) as error:  # each names the model or the drafter it could not load
+    except SpecError as error:
+        print(f"whisperspec: --draft: {error}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as error:  # each names the option, the model or the drafter
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
     failed = 0
+    names = output_names(args.audio)
     for path in args.audio:
         try:
             result = transcriber.transcribe(path)
@@ -126,9 +131,47 @@ def _run_transcribe(args) -> int:
             continue
         _print_result(result, args)
         if args.output_dir:
-            for written in write_outputs(result, args.output_dir, Path(path).stem, formats):
-                print(f"  wrote {written}", file=sys.stderr)
+            name = names[path]
+            try:
+                written = write_outputs(result, args.output_dir / name.parent, name.name, formats)
+            except OSError as error:  # a full or read-only disk: what was written stays, the rest would fail too
+                print(f"whisperspec: cannot write the results of {path} to {args.output_dir}: "
+                      f"{error.strerror or error}", file=sys.stderr)
+                return 1
+            for file in written:
+                print(f"  wrote {file}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def output_names(inputs: list[str]) -> dict[str, Path]:
+    """Each input's results name, relative to the output folder: its own name without the extension,
+    unless another input has that name too; then the path below the folder they share (`a/t.flac`
+    and `b/t.flac` give `a/t` and `b/t`), with the extension where that is not enough (`t.flac`
+    and `t.wav` in one folder). Results never overwrite each other."""
+    resolved = {path: Path(path).resolve() for path in inputs}
+    names = {path: Path(p.stem) for path, p in resolved.items()}
+    for name in set(names.values()):
+        clashing = {path for path in names if names[path] == name}
+        if len({resolved[path] for path in clashing}) > 1:
+            common = Path(os.path.commonpath([resolved[path].parent for path in clashing]))
+            below = {path: resolved[path].relative_to(common) for path in clashing}
+            stems = [b.with_suffix("") for b in below.values()]
+            for path, relative in below.items():
+                stem = relative.with_suffix("")
+                names[path] = relative if stems.count(stem) > 1 else stem
+    return names
+
+
+def _writable_folder(folder: Path) -> bool:
+    """The output folder exists (made if need be) and takes files, checked before any work."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        return True
+    except OSError as error:
+        print(f"whisperspec: --output-dir {folder}: cannot write there ({error.strerror or error})", file=sys.stderr)
+        return False
 
 
 def _print_result(result, args) -> None:

@@ -19,5 +19,12 @@ NGRAM_MAX = 3  # longest n-gram prompt lookup matches
 INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
 TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`distill --vocab`)
 
+# Audio shorter than this holds no word: Whisper would only make one up.
+MIN_SPEECH_SECONDS = 0.25
+
+# A window whose text so far compresses worse than the fallback threshold allows has turned into a
+# loop: checked every this many tokens, from this many on (`whisper.decode.RunawayStop`).
+RUNAWAY_CHECK_EVERY, RUNAWAY_MIN_TOKENS = 32, 64
+
 # `whisperspec distill`
 DISTILL_EPOCHS = 5

@@ -34,18 +34,34 @@ def write_txt(result: Transcription, file: TextIO) -> None:
         file.write(_cue_text(segment.text) + "\n")
 
 
+def cues(result: Transcription) -> list[tuple[float, float, str]]:
+    """(start, end, text) of each subtitle cue: segments with text, none of zero length (a segment
+    whose timestamps coincide lasts until the next one starts, or MIN_CUE_SECONDS)."""
+    segments = [s for s in result.segments if _cue_text(s.text)]
+    out = []
+    for index, segment in enumerate(segments):
+        end = segment.end
+        if round(end, 3) <= round(segment.start, 3):
+            following = segments[index + 1].start if index + 1 < len(segments) else segment.start
+            end = following if following > segment.start else segment.start + MIN_CUE_SECONDS
+        out.append((segment.start, end, _cue_text(segment.text)))
+    return out
+
+
+MIN_CUE_SECONDS = 0.5
+
+
 def write_srt(result: Transcription, file: TextIO) -> None:
-    for number, segment in enumerate(result.segments, start=1):
-        start = format_timestamp(segment.start, always_include_hours=True, decimal_marker=",")
-        end = format_timestamp(segment.end, always_include_hours=True, decimal_marker=",")
-        file.write(f"{number}\n{start} --> {end}\n{_cue_text(segment.text)}\n\n")
+    for number, (start, end, text) in enumerate(cues(result), start=1):
+        start_time = format_timestamp(start, always_include_hours=True, decimal_marker=",")
+        end_time = format_timestamp(end, always_include_hours=True, decimal_marker=",")
+        file.write(f"{number}\n{start_time} --> {end_time}\n{text}\n\n")
 
 
 def write_vtt(result: Transcription, file: TextIO) -> None:
     file.write("WEBVTT\n\n")
-    for segment in result.segments:
-        file.write(f"{format_timestamp(segment.start)} --> {format_timestamp(segment.end)}\n"
-                   f"{_cue_text(segment.text)}\n\n")
+    for start, end, text in cues(result):
+        file.write(f"{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n\n")
 
 
 def write_json(result: Transcription, file: TextIO) -> None:

@@ -11,7 +11,7 @@ import torch
 from whisperspec.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, is_silent, load_audio, log_mel_spectrogram
 from whisperspec.models import load_whisper
 from whisperspec.result import Segment, Transcription
-from whisperspec import defaults
+from whisperspec import defaults, options
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
@@ -38,18 +38,25 @@ class Transcriber:
                  initial_prompt: str | None = None, progress: bool = False, seed: int = 0,
                  sampling: str = "coupled"):
         from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
+        from whisperspec.whisper.model import COMPUTE_TYPES
 
         started = time.perf_counter()
-        self.draft = parse_draft_spec(draft, lookahead)  # checked before the model loads
-        try:
-            self.bundle = load_whisper(model)
-        except (OSError, ValueError) as error:
-            raise type(error)(f"cannot load model {model!r}: {error}") from error
-        self.runtime = WhisperRuntime.from_bundle(self.bundle, compute_type)
-        self.drafter = make_drafter(self.draft, self.runtime)
+        # every option is checked before the model loads: a typo costs nothing
+        self.draft = parse_draft_spec(draft, lookahead)
+        temperature = options.temperatures(temperature)
         self.options = DecodeOptions(
-            task=task, language=language, timestamps=timestamps, seed=seed, sampling=sampling,
-            temperatures=DecodeOptions.temperatures if temperature is None else (float(temperature),))
+            task=options.check_task(task, model), language=options.language_code(language), timestamps=timestamps,
+            seed=seed, sampling=_one_of("sampling", sampling, SAMPLING),
+            temperatures=DecodeOptions.temperatures if temperature is None else (temperature,))
+        _one_of("compute type", compute_type, COMPUTE_TYPES)
+        try:
+            self.bundle = load_whisper(options.check_model(model))
+        except OSError as error:
+            raise OSError(f"cannot load model {model!r}: {error}") from error
+        self.runtime = WhisperRuntime.from_bundle(self.bundle, compute_type)
+        if self.options.task == "translate" and not self.runtime.special.is_multilingual:
+            raise ValueError(f"task 'translate': model {model!r} is English-only (it cannot translate)")
+        self.drafter = make_drafter(self.draft, self.runtime)
         self.condition_on_previous_text = condition_on_previous_text
         self.initial_prompt, self.progress = initial_prompt, progress
         self.load_seconds = time.perf_counter() - started
@@ -61,15 +68,18 @@ class Transcriber:
         unreadable input (the message names the file).
         """
         initial_prompt = overrides.pop("initial_prompt", self.initial_prompt)
-        options = replace(self.options, **overrides)
+        if "language" in overrides:
+            overrides["language"] = options.language_code(overrides["language"])
+        decode_options = replace(self.options, **overrides)
         timings = {"load_ms": self.load_seconds * 1e3}
         source = None if isinstance(audio, (np.ndarray, torch.Tensor)) else str(audio)
 
         started = time.perf_counter()
         samples = load_audio(audio, sample_rate)
         duration = len(samples) / SAMPLE_RATE
-        if is_silent(samples):  # nothing to decode: Whisper would only hallucinate here
-            return Transcription("", [], options.language, duration, {**timings, "silent": True}, source)
+        if is_silent(samples) or duration < defaults.MIN_SPEECH_SECONDS:
+            # nothing to decode: Whisper would only hallucinate here ("you")
+            return Transcription("", [], decode_options.language, duration, {**timings, "silent": True}, source)
         mel = log_mel_spectrogram(samples, self.runtime.n_mels, padding=N_SAMPLES)
         content_frames = mel.shape[-1] - N_FRAMES
         timings["features_ms"] = (time.perf_counter() - started) * 1e3
@@ -78,15 +88,15 @@ class Transcriber:
         decoder = WindowDecoder(self.runtime, self.drafter, make_lookahead(self.draft.lookahead) if self.drafter else None)
         encoder_seconds: list[float] = []
         started = time.perf_counter()
-        if content_frames <= N_FRAMES and not options.timestamps:
+        if content_frames <= N_FRAMES and not decode_options.timestamps:
             window = self.runtime.encode(mel[None, :, :N_FRAMES])
             encoder_seconds.append(time.perf_counter() - started)
-            result = decoder.decode(window, options, prompt=prompt)
+            result = decoder.decode(window, decode_options, prompt=prompt)
             text = self.runtime.decode_text(result.tokens)
             segments = [Segment(0.0, round(duration, 3), text, result.tokens, result.from_draft)] if text.strip() else []
             language, windows, stats = result.language, [result], result.stats
         else:
-            longform = transcribe_longform(decoder, mel, content_frames, options, prompt,
+            longform = transcribe_longform(decoder, mel, content_frames, decode_options, prompt,
                                            self.condition_on_previous_text, self.progress, encoder_seconds)
             segments, language, windows, stats = longform.segments, longform.language, longform.windows, longform.stats
         total = time.perf_counter() - started
@@ -105,3 +115,12 @@ def _decode_stats(windows, stats: SpeculationStats) -> dict:
     tokens = sum(len(w.tokens) for w in windows)
     return {"windows": len(windows), "tokens": tokens,
             "temperatures": [w.temperature for w in windows], "speculation": stats.to_dict()}
+
+
+SAMPLING = ("coupled", "residual")
+
+
+def _one_of(option: str, value, accepted: tuple) -> str:
+    if value not in accepted:
+        raise ValueError(f"{option} {value!r}: one of {', '.join(accepted)}")
+    return value

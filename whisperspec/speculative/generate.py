@@ -29,6 +29,7 @@ class Generation:
     logprobs: list[float] = field(default_factory=list)  # target log-probability of each new token
     from_draft: list[bool] = field(default_factory=list)  # True: accepted from the draft
     stats: SpeculationStats = field(default_factory=SpeculationStats)
+    stopped: bool = False  # ended by `stop`
 
     @property
     def sum_logprob(self) -> float:
@@ -53,7 +54,8 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                    logit_filters: Sequence[LogitFilter] | None = None, temperature: float = 0.0,
                    generator: torch.Generator | None = None, noise: GumbelNoise | None = None,
                    on_tokens: Callable[[int, list[int]], None] | None = None, held: int | None = None,
-                   on_prefill: Callable[[torch.Tensor], None] | None = None) -> list[Generation]:
+                   on_prefill: Callable[[torch.Tensor], None] | None = None,
+                   stop: Callable[[int, list[int]], int | None] | None = None) -> list[Generation]:
     """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`, or, with
     `held`, just the first `held` tokens of every row: the first round then feeds the rest together
     with the first draft, so a prompt is read in the pass that verifies that draft (one target pass
@@ -62,6 +64,9 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
     Sampling (temperature > 0) follows the residual rule with `generator`, or with `noise` coupled
     sampling (`whisperspec.speculative.coupled`: the same tokens with or without a drafter).
     `on_tokens(row, tokens)` receives each round's verified tokens (streaming).
+    `stop(row, new_tokens)` may end a row early: it returns the number of new tokens to keep, or
+    None to go on. It must decide from the tokens alone (not from where rounds happened to end), so
+    a row stops at the same token with or without a drafter.
     """
     lookahead = lookahead or Fixed(0)
     filters = list(logit_filters or [no_filter] * len(sequences))
@@ -106,7 +111,11 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
             out.stats.record(len(p.tokens), v.accepted, p.forward_passes, t1 - t0, t2 - t1)
             if on_tokens:
                 on_tokens(r, emitted)
-            if emitted[-1] == eos_token_id or len(out.tokens) >= max_new_tokens:
+            cut = stop(r, out.tokens) if stop else None
+            if cut is not None:
+                out.tokens, out.logprobs, out.from_draft = out.tokens[:cut], out.logprobs[:cut], out.from_draft[:cut]
+                out.stopped = True
+            if cut is not None or emitted[-1] == eos_token_id or len(out.tokens) >= max_new_tokens:
                 finished.append(r)
         for r, v in zip(active, verdicts) if drafter else ():
             drafter.learn(rows[r], v)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from whisperspec import defaults
 from whisperspec.speculative.coupled import sampling_noise
 from whisperspec.speculative.generate import generate_batch
 from whisperspec.speculative.stats import SpeculationStats
@@ -68,6 +69,33 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
+class RunawayStop:
+    """Ends a window whose text has turned into a loop, long before the token limit.
+
+    openai-whisper decodes such a window to the end (up to 448 tokens), finds its compression
+    ratio too high, and decodes it again at the next temperature; each pass over a looping window
+    costs as much as a full one. Here the same test runs on the text so far, at every
+    RUNAWAY_CHECK_EVERY tokens from RUNAWAY_MIN_TOKENS on, and a window that fails it stops there
+    (and falls back, if a higher temperature is left). The check points are token counts, not
+    rounds, so a window stops at the same token with any drafter or none. The output differs from
+    openai-whisper's only for a window that starts repeating and later stops (its final ratio
+    passing the test): there the fallback comes earlier.
+    """
+
+    def __init__(self, decode_text, threshold: float):
+        self.decode_text, self.threshold = decode_text, threshold
+        self.checked: dict[int, int] = {}  # row -> tokens checked so far
+
+    def __call__(self, row: int, tokens: list[int]) -> int | None:
+        every = defaults.RUNAWAY_CHECK_EVERY
+        start = max(self.checked.get(row, 0) // every + 1, defaults.RUNAWAY_MIN_TOKENS // every)
+        self.checked[row] = len(tokens)
+        for length in range(start * every, len(tokens) + 1, every):
+            if compression_ratio(self.decode_text(tokens[:length])) > self.threshold:
+                return length
+        return None
+
+
 class WindowDecoder:
     """Decodes windows with a runtime's main decoder and an optional drafter."""
 
@@ -119,10 +147,12 @@ class WindowDecoder:
             no_speech.extend(torch.softmax(logits[:, sot].float(), dim=-1)[:, special.no_speech].tolist())
 
         runtime.decoder.rollback(0)
+        runaway = RunawayStop(runtime.decode_text, options.compression_ratio_threshold)
         outs = generate_batch(runtime.decoder, prefixes, max_new, special.eot, drafter=self.drafter,
                               lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
                               generator=torch.Generator().manual_seed(options.seed), noise=noise,
-                              held=0, on_prefill=read_no_speech)
+                              held=0, on_prefill=read_no_speech,
+                              stop=runaway if options.compression_ratio_threshold is not None else None)
         results = [self._result(out, lang, temperature, p) for out, lang, p in zip(outs, languages, no_speech)]
         for row, result in enumerate(results):
             if higher and self._needs_fallback(result, options):
