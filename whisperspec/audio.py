@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import math
 import os
 import stat
 from functools import lru_cache
@@ -15,6 +14,8 @@ import numpy as np
 import soundfile as sf
 import torch
 import torch.nn.functional as F
+
+from whisperspec.options import finite_number
 
 SAMPLE_RATE = 16000
 N_FFT = 400
@@ -145,11 +146,8 @@ def _array_rate(sample_rate, name: str) -> int:
     """The rate of samples given as an array: None means 16 kHz; anything else a whole number of Hz."""
     if sample_rate is None:
         return SAMPLE_RATE
-    try:
-        rate = float(sample_rate)
-    except (TypeError, ValueError):
-        rate = math.nan
-    if not (math.isfinite(rate) and rate == int(rate) and rate > 0):
+    rate = finite_number(sample_rate)
+    if not (rate > 0 and rate == int(rate)):
         raise AudioError(f"{name}: sample_rate {sample_rate!r} is not a positive whole number of Hz")
     _check_rate(name, int(rate))
     return int(rate)

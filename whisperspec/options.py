@@ -26,15 +26,22 @@ def language_code(language: str | None) -> str | None:
                      "name (English, Spanish, ...), or leave it out to detect it")
 
 
+def finite_number(value) -> float:
+    """`value` as a finite float, or NaN when it is none (text, infinity, NaN): NaN fails every
+    comparison, so a caller's range check refuses it too."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan
+
+
 def temperatures(temperature: float | None) -> float | None:
     """A fixed sampling temperature: a finite number >= 0 (None: openai-whisper's fallback schedule)."""
     if temperature is None:
         return None
-    try:
-        value = float(temperature)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
+    value = finite_number(temperature)
+    if not value >= 0:
         raise ValueError(f"temperature {temperature!r}: a finite number >= 0 (0 is greedy)")
     return value
 
