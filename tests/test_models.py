@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-from whisperspec.models import ct2_model_dir, load_whisper, loading, read_ct2_model, transformers_source
+from whisperspec.models import ct2_conversion, ct2_model_dir, load_whisper, loading, read_ct2_model
 from whisperspec.models.ctranslate2 import load_tokenizer
 
 SENTENCES = ["the cat sat on the mat", " Please enter your password, followed by the pound key.",
@@ -106,16 +106,18 @@ def test_from_pretrained_dirs_load_like_embedded(tmp_path):
     base.feature_extractor.save_pretrained(tmp_path)
     base.generation_config.save_pretrained(tmp_path)
     loaded = load_whisper(str(tmp_path))
-    assert transformers_source(str(tmp_path)) == tmp_path
+    assert ct2_conversion(str(tmp_path)) is None and loaded.path == tmp_path
     assert loaded.model.config.decoder_layers == 2 and len(loaded.tokenizer) == 51864
     assert loaded.generation_config.no_timestamps_token_id == 50362
 
 
-def test_ct2_dir_of_a_user_is_converted_once_and_cached(tmp_path):
+def test_ct2_dir_of_a_user_is_converted_once_and_cached(tmp_path, monkeypatch):
     source = ct2_model_dir("tiny.en")
-    first = transformers_source(str(source))
-    assert (first / "model.safetensors").is_file()
-    assert transformers_source(str(source)) == first
+    first = load_whisper(str(source)).path
+    assert first == ct2_conversion(str(source))[0] and (first / "model.safetensors").is_file()
+    monkeypatch.setattr(loading, "_loaded", {})
+    monkeypatch.setattr(loading, "ct2_to_transformers", lambda *a: pytest.fail("converted a second time"))
+    assert load_whisper(str(source)).path == first
 
 
 def test_import_ct2_command(tmp_path):
@@ -161,7 +163,7 @@ def test_a_failed_safetensors_write_leaves_nothing_in_the_cache(tmp_path):
     """safetensors reports ENOSPC as its own error, not as an OSError."""
     from safetensors import SafetensorError
 
-    from whisperspec.cache import convert_once
+    from whisperspec.cache import load_converted
 
     class HalfWritten:
         def save_pretrained(self, folder):
@@ -170,7 +172,7 @@ def test_a_failed_safetensors_write_leaves_nothing_in_the_cache(tmp_path):
 
     part = HalfWritten()
     with pytest.warns(RuntimeWarning, match="No space left on device"):
-        assert convert_once(tmp_path / "model", lambda: (part,)) == (part,)
+        assert load_converted(tmp_path / "model", lambda: (part,), lambda folder: pytest.fail("loaded")) == (part,)
     assert not list(tmp_path.iterdir())
 
 

@@ -19,35 +19,31 @@ def save_pretrained_atomically(target: Path, *parts) -> Path:
     """`save_pretrained` every part (model, tokenizer, ...) into `target` as one step: they are
     written to a temporary folder beside it and renamed into place, so a crash or a concurrent
     process never sees half a checkpoint."""
-    import shutil
-    import tempfile
+    from whisperspec.atomic import atomic_folder
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic_folder(target) as staging:
         for part in parts:
             part.save_pretrained(staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-def convert_once(target: Path, convert: Callable[[], tuple]) -> Path | tuple:
-    """`target`, holding the parts (model, tokenizer, ...) that `convert()` builds, saved there the
-    first time. When the cache cannot take them (a full or read-only disk) the parts themselves,
-    with a warning: a cache only spares the next run a conversion, so it is never a reason for a
-    load to fail."""
+def load_converted(target: Path, convert: Callable[[], tuple], load: Callable[[Path], tuple]) -> tuple:
+    """The parts (model, tokenizer, ...) that `convert()` builds, `load`ed from `target`, where
+    they are saved the first time. When the cache cannot take them (a full or read-only disk) they
+    are used as converted, with a warning: a cache only spares the next run a conversion, so it is
+    never a reason for a load to fail."""
     from safetensors import SafetensorError  # how safetensors reports a failed write, ENOSPC included
 
-    if (target / "config.json").is_file():
-        return target
-    parts = convert()
-    try:
-        return save_pretrained_atomically(target, *parts)
-    except (OSError, SafetensorError) as error:
-        warnings.warn(f"could not cache the converted model in {target} ({error}); using it from memory, "
-                      "so the next run converts it again", RuntimeWarning, stacklevel=2)
-        return parts
+    if not is_converted(target):
+        parts = convert()
+        try:
+            save_pretrained_atomically(target, *parts)
+        except (OSError, SafetensorError) as error:
+            warnings.warn(f"could not cache the converted model in {target} ({error}); using it from memory, "
+                          "so the next run converts it again", RuntimeWarning, stacklevel=2)
+            return parts
+    return load(target)
+
+
+def is_converted(target: Path) -> bool:
+    return (target / "config.json").is_file()

@@ -35,6 +35,9 @@ DELEGATED = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from whisperspec.kernels.allocator import keep_freed_memory
+
+    keep_freed_memory()  # the command owns its process: int8 products reuse their memory
     with warnings.catch_warnings():  # restores the default display when main() returns
         warnings.showwarning = _show_warning
         try:

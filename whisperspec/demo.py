@@ -15,12 +15,13 @@ from whisperspec import defaults
 from whisperspec.audio import AudioError
 from whisperspec.models import EMBEDDED_MODELS
 from whisperspec.output import write_outputs
+from whisperspec.resources import sample_audio
 from whisperspec.transcribe import Transcriber
 from whisperspec.spec import DraftSpec
 from whisperspec.whisper.drafters import DRAFTERS, parse_draft_spec
 from whisperspec.whisper.model import COMPUTE_TYPES
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample.flac"
+SAMPLE = sample_audio()
 DRAFTS = [kind.name for kind in DRAFTERS]
 LOOKAHEADS = list(dict.fromkeys([defaults.LOOKAHEAD, "2", "4", "6", "heuristic", "confidence", "cost"]))
 MAX_UPLOAD_BYTES = 200 << 20  # a 2-core machine: hours of audio would block the queue for everyone

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import Callable, TextIO
 
+from whisperspec.atomic import atomic_write
 from whisperspec.result import Transcription
 
 
@@ -100,15 +99,5 @@ def write_outputs(result: Transcription, output_dir, stem: str, formats: list[st
 
 
 def _write_atomically(path: Path, writer: Callable[[Transcription, TextIO], None], result: Transcription) -> None:
-    # Same directory so os.replace is a rename on one filesystem; a plain open (not mkstemp)
-    # so the file gets the usual umask permissions rather than 0600.
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(temporary, "x", encoding="utf-8") as file:
-            writer(result, file)
-            file.flush()
-            os.fsync(file.fileno())  # the data is on disk before the rename makes it visible
-        os.replace(temporary, path)
-    except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
-        temporary.unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as file:
+        writer(result, file)

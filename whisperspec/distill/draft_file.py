@@ -18,7 +18,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+from whisperspec.atomic import atomic_path
+from whisperspec.resources import asset
+
 SHARED = ("embed_tokens.", "embed_positions.")  # the main model's, never stored
 VOCAB_IDS = "vocab_ids"  # the full-vocabulary ids of the draft head's rows
 
@@ -45,10 +47,8 @@ def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module
     metadata = {"main_fingerprint": fingerprint(main), "decoder_layers": str(len(draft_decoder.layers)),
                 "vocab_size_kept": str(len(vocab_ids)), "cross_attention_pool": str(cross_pool),
                 "info": json.dumps(info)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    tmp.rename(path)
+    with atomic_path(path) as temporary:
+        save_file(tensors, str(temporary), metadata=metadata)
     return path
 
 
@@ -80,7 +80,7 @@ def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torc
 def shipped_draft(main: torch.nn.Module) -> Path | None:
     """The draft file in whisperspec/assets trained for this main model, if any."""
     mark = fingerprint(main)
-    for path in sorted(ASSETS.glob("*.safetensors")):
+    for path in sorted(asset("").glob("*.safetensors")):
         if read_metadata(path).get("main_fingerprint") == mark:
             return path
     return None

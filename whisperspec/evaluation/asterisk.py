@@ -17,7 +17,7 @@ import numpy as np
 import soundfile as sf
 
 from whisperspec.cache import cache_dir
-from whisperspec.evaluation.datasets import Utterance, read_manifest, write_manifest
+from whisperspec.evaluation.manifest import Utterance, read_manifest, write_manifest
 
 SOUNDS = {"en": "/usr/share/asterisk/sounds/en_US_f_Allison", "es": "/usr/share/asterisk/sounds/es_MX_f_Allison"}
 TRANSCRIPTS = "/usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz"

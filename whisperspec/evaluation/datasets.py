@@ -1,55 +1,16 @@
-"""Evaluation data: JSONL manifests, folders with .txt sidecars, and the Asterisk recipe.
-
-Manifest: one JSON object per line, {"id", "audio", "text", "language"} (+ optional "duration");
-relative audio paths are resolved against the manifest's folder.
-"""
+"""Evaluation data by name or path: JSONL manifests (`manifest`), folders with .txt sidecars,
+Hugging Face data sets, and the Asterisk recipe (`asterisk`)."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from whisperspec.evaluation import asterisk
+from whisperspec.evaluation.manifest import Utterance, read_manifest, write_manifest
+
+__all__ = ["AUDIO_SUFFIXES", "Utterance", "load_dataset", "read_folder", "read_manifest", "write_manifest"]
+
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus", ".g722"}
-
-
-@dataclass
-class Utterance:
-    id: str
-    audio: str  # path
-    text: str  # reference transcript
-    language: str | None = "en"
-    duration: float | None = None
-
-
-def read_manifest(path: Path) -> list[Utterance]:
-    path = Path(path)
-    utterances = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            audio = Path(record["audio"])
-            utterances.append(Utterance(str(record["id"]), str(audio if audio.is_absolute() else path.parent / audio),
-                                        record["text"], record.get("language", "en"), record.get("duration")))
-        except (KeyError, json.JSONDecodeError) as error:
-            raise ValueError(f"{path}:{number}: not a manifest line ({error})") from error
-    return utterances
-
-
-def write_manifest(utterances: list[Utterance], path: Path) -> Path:
-    """Write atomically: a reader never sees half a manifest."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False,
-                                     encoding="utf-8") as out:
-        for utterance in utterances:
-            out.write(json.dumps({k: v for k, v in asdict(utterance).items() if v is not None}) + "\n")
-    os.replace(out.name, path)
-    return path
 
 
 def read_folder(folder: Path, language: str | None = "en") -> list[Utterance]:
@@ -105,8 +66,6 @@ def load_dataset(name_or_path: str, limit: int | None = None) -> list[Utterance]
     """A manifest (.jsonl), a folder with sidecars, hf:NAME[:CONFIG[:SPLIT]], or a built-in name:
     asterisk-en, asterisk-es, asterisk-en-long, and asterisk-en-distill (the prompts kept for
     `whisperspec distill --audio`, never in an evaluation set)."""
-    from whisperspec.evaluation import asterisk
-
     builders = {"asterisk-en": lambda: asterisk.evaluation_prompts("en"),
                 "asterisk-es": lambda: asterisk.prompts("es"),  # no distillation split in Spanish
                 "asterisk-en-long": lambda: asterisk.long_form("en"),

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from whisperspec.atomic import atomic_write
 from whisperspec.evaluation.scoring import score
 
 REFERENCE_SYSTEM = "whisperspec"  # plain greedy: what every whisperspec drafter must reproduce
@@ -91,9 +90,8 @@ def write_report(out_dir: Path, utterances, outputs: dict, summary: dict, header
 
 
 def _atomic_write(path: Path, text: str) -> Path:
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as out:
+    with atomic_write(path) as out:
         out.write(text)
-    os.replace(out.name, path)
     return path
 
 

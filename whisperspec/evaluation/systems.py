@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from whisperspec.audio import N_SAMPLES, SAMPLE_RATE, load_audio
-from whisperspec.evaluation.datasets import Utterance
+from whisperspec.evaluation.manifest import Utterance
 from whisperspec.spec import DraftSpec, parse_system
 
 

@@ -14,7 +14,6 @@ quantise its tokens together, and the main model's output would depend on what w
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import warnings
 
@@ -33,12 +32,11 @@ class Int8Linear(nn.Module):
         bias = None if bias is None else bias.detach().float()
         with warnings.catch_warnings():
             # torch deprecates its quantised tensors in favour of torchao, whose CPU int8 products
-            # are 10-20x slower here (see whisperspec.whisper.drafters.int8_decoder)
+            # are far slower (see whisperspec.whisper.drafters.draft_models.int8_decoder)
             warnings.filterwarnings("ignore", message=".*deprecated.*")
             quantized = torch.quantize_per_channel(weight, scales, torch.zeros(len(scales), dtype=torch.long),
                                                    0, torch.qint8)
             self.packed = torch.ops.quantized.linear_prepack(quantized, bias)
-        keep_freed_memory()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() <= 2:
@@ -58,22 +56,3 @@ def _reduce_range() -> bool:
     except OSError:
         return True
     return not ({"avx512_vnni", "avx_vnni"} & set(flags.split()))
-
-
-@functools.cache
-def keep_freed_memory() -> None:
-    """Let glibc keep freed memory for reuse instead of handing it back to the system.
-
-    The int8 products cannot write into a given buffer: each returns a new tensor (up to 12 MB
-    per encoder product). glibc serves blocks that large with fresh mmap pages and unmaps them
-    when freed, so every product paid its page faults again: base's int8 encoder took 224–227 ms
-    per window that way and 164–169 ms with the thresholds raised (float32 unchanged, 241–262 ms).
-    The process keeps its peak heap instead (about 100 MB for base's encoder).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc: nothing to tune
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest
-    libc.mallopt(m_trim_threshold, 1 << 30)

@@ -7,10 +7,11 @@ import hashlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from whisperspec.cache import cache_dir, convert_once
+from whisperspec.cache import cache_dir, is_converted, load_converted
 from whisperspec.models.ctranslate2 import ct2_to_transformers
 from whisperspec.models.registry import EMBEDDED_MODELS
 
@@ -45,40 +46,46 @@ def load_whisper(name_or_path: str, dtype: torch.dtype = torch.float32) -> Whisp
         return _loaded[key]
 
 
-def transformers_source(name_or_path: str) -> Path | str | tuple:
-    """What `from_pretrained` should load: a transformers folder or hub id as given; a CTranslate2
-    checkpoint (embedded name or faster-whisper dir) converted once into the cache, or, when the
-    cache cannot take it, the converted (model, tokenizer, feature extractor) themselves."""
+def ct2_conversion(name_or_path: str) -> tuple[Path, Callable[[], tuple]] | None:
+    """For a CTranslate2 checkpoint (an embedded name or a faster-whisper dir): the cache folder
+    of its transformers conversion and the conversion itself; None for anything else."""
     if name_or_path in EMBEDDED_MODELS:
         # read from the packages as installed: only faster-whisper needs base's split model.bin joined
         embedded = EMBEDDED_MODELS[name_or_path]
-        return convert_once(cache_dir() / "models" / f"{name_or_path}-v{CONVERSION_VERSION}",
-                            lambda: ct2_to_transformers(embedded.files(), embedded.model_bin_parts()))
+        return (cache_dir() / "models" / f"{name_or_path}-v{CONVERSION_VERSION}",
+                lambda: ct2_to_transformers(embedded.files(), embedded.model_bin_parts()))
     path = Path(name_or_path).expanduser()
-    if (path / "model.bin").is_file():  # a faster-whisper / CTranslate2 checkpoint
+    if (path / "model.bin").is_file():
         # keyed by the file's identity, so a changed checkpoint in the same place is converted again
         stat = (path / "model.bin").stat()
         digest = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-        return convert_once(cache_dir() / "models" / f"ct2-{path.name}-{digest}-v{CONVERSION_VERSION}",
-                            lambda: ct2_to_transformers(path))
-    return path if path.is_dir() else name_or_path  # a transformers folder, or a hub id
+        return (cache_dir() / "models" / f"ct2-{path.name}-{digest}-v{CONVERSION_VERSION}",
+                lambda: ct2_to_transformers(path))
+    return None
 
 
 def _load(name_or_path: str, dtype: torch.dtype) -> WhisperBundle:
+    conversion = ct2_conversion(name_or_path)
+    if conversion is None:  # a transformers folder or a hub id
+        path = Path(name_or_path).expanduser()
+        path = path if path.is_dir() else None
+        model, tokenizer, feature_extractor = _from_pretrained(path or name_or_path, dtype)
+    else:
+        target, convert = conversion
+        model, tokenizer, feature_extractor = load_converted(target, convert,
+                                                             lambda folder: _from_pretrained(folder, dtype))
+        path = target if is_converted(target) else None
+    model = model.to(dtype).eval()
+    return WhisperBundle(model, tokenizer, feature_extractor, model.generation_config, name_or_path, path)
+
+
+def _from_pretrained(source: Path | str, dtype: torch.dtype) -> tuple:
     from transformers import (GenerationConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration,
                               WhisperTokenizer)
 
-    source = transformers_source(name_or_path)
-    if isinstance(source, tuple):  # converted, but the cache could not keep it
-        model, tokenizer, feature_extractor = source
-        model = model.to(dtype).eval()
-        return WhisperBundle(model, tokenizer, feature_extractor, model.generation_config, name_or_path, None)
-    model = WhisperForConditionalGeneration.from_pretrained(source, dtype=dtype).eval()
-    tokenizer = WhisperTokenizer.from_pretrained(source)
-    feature_extractor = WhisperFeatureExtractor.from_pretrained(source)
+    model = WhisperForConditionalGeneration.from_pretrained(source, dtype=dtype)
     try:
         model.generation_config = GenerationConfig.from_pretrained(source)
     except OSError:
         pass  # a checkpoint without generation_config.json keeps what from_pretrained built
-    path = Path(source) if Path(source).is_dir() else None
-    return WhisperBundle(model, tokenizer, feature_extractor, model.generation_config, name_or_path, path)
+    return model, WhisperTokenizer.from_pretrained(source), WhisperFeatureExtractor.from_pretrained(source)

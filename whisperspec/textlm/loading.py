@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from whisperspec.cache import cache_dir, convert_once
+from whisperspec.cache import cache_dir, load_converted
 
 # name -> (package module, GGUF file inside it or None when the package assembles it, install line)
 PACKAGED = {
@@ -49,15 +49,6 @@ def packaged_gguf(name: str, scratch: Path) -> Path:
     if not (folder / filename).is_file():
         raise FileNotFoundError(f"no {filename} in {folder} ({install})")
     return folder / filename
-
-
-def transformers_source(name_or_path: str) -> Path | str | tuple:
-    """What `from_pretrained` should load: a packaged name converted once into the cache (or, when
-    the cache cannot take it, the converted (model, tokenizer) themselves), else the dir/hub id."""
-    if name_or_path not in PACKAGED:
-        return name_or_path
-    return convert_once(cache_dir() / "textlm" / f"{name_or_path}-v{CONVERSION_VERSION}",
-                        lambda: convert_packaged(name_or_path))
 
 
 def convert_packaged(name: str) -> tuple:
@@ -94,10 +85,16 @@ def load_causal_lm(name_or_path: str, dtype: torch.dtype = torch.float32):
 
 
 def _load(name_or_path: str, dtype: torch.dtype) -> tuple:
+    if name_or_path in PACKAGED:
+        model, tokenizer = load_converted(cache_dir() / "textlm" / f"{name_or_path}-v{CONVERSION_VERSION}",
+                                          lambda: convert_packaged(name_or_path),
+                                          lambda folder: _from_pretrained(folder, dtype))
+    else:  # a transformers folder or a hub id
+        model, tokenizer = _from_pretrained(name_or_path, dtype)
+    return model.to(dtype).eval(), tokenizer
+
+
+def _from_pretrained(source, dtype: torch.dtype) -> tuple:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = transformers_source(name_or_path)
-    if isinstance(source, tuple):  # converted, but the cache could not keep it
-        model, tokenizer = source
-        return model.to(dtype).eval(), tokenizer
-    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype).eval(), AutoTokenizer.from_pretrained(source)
+    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype), AutoTokenizer.from_pretrained(source)

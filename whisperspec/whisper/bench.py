@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from whisperspec.audio import N_FRAMES, N_SAMPLES, load_audio, log_mel_spectrogram
+from whisperspec.resources import bench_clips
 from whisperspec import defaults
 from whisperspec.spec import SpecError, parse_lookahead
 from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
@@ -31,14 +32,14 @@ from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.rules import WhisperLogitFilter
 
-DEFAULT_CLIPS = Path(__file__).resolve().parents[1] / "tests" / "data"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="whisperspec bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=defaults.MODEL)
-    parser.add_argument("--audio", nargs="*", type=Path, help="audio files (default: tests/data/*.flac)")
+    parser.add_argument("--audio", nargs="*", type=Path,
+                        help="audio files (default: the six bundled clips, whisperspec/assets/clips)")
     parser.add_argument("--drafts", default="auto,int8,early-exit,ngram",
                         help="comma-separated DRAFT[@LOOKAHEAD] specs (auto@2,auto@cost)")
     parser.add_argument("--lookahead", default=defaults.LOOKAHEAD, help="for drafts given without @LOOKAHEAD")
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     transcriber = Transcriber(args.model)
     runtime = transcriber.runtime
-    paths = args.audio or sorted(DEFAULT_CLIPS.glob("*.flac"))
+    paths = args.audio or bench_clips()
     mels = [log_mel_spectrogram(load_audio(p), runtime.n_mels, padding=N_SAMPLES)[None, :, :N_FRAMES] for p in paths]
     windows = [runtime.encode(m) for m in mels]
     options = DecodeOptions(language=args.language, temperatures=(0.0,))
