@@ -261,9 +261,10 @@ def test_stop_strings_and_streaming():
     pieces = []
     full = generate(model, tokenizer, prompt(0), max_new_tokens=20, draft="ngram", on_text=pieces.append)
     assert "".join(pieces).strip() == full.text.strip()
-    marker = full.text.split()[3]
+    words = full.text.split()
+    marker = next(word for word in words if word != words[0])  # first seen after some text
     cut = generate(model, tokenizer, prompt(0), max_new_tokens=20, stop=[marker])
-    assert marker not in cut.text and full.text.startswith(cut.text.rstrip())
+    assert marker not in cut.text and cut.text.strip() and full.text.startswith(cut.text.rstrip())
 
 
 @pytest.mark.real
@@ -273,7 +274,9 @@ def test_real_smollm2_drafters_are_lossless():
     plain = generate(model, tokenizer, text, chat=True, max_new_tokens=24)
     ids = torch.tensor([prompt_ids(tokenizer, text, chat=True)])
     reference = model.generate(ids, max_new_tokens=24, do_sample=False)[0, ids.shape[1]:].tolist()
-    assert plain.tokens == reference[:len(plain.tokens)]
+    # the same tokens; ours stop at the end-of-sequence token, which generate may pad past
+    assert len(plain.tokens) >= 8 and plain.tokens == reference[:len(plain.tokens)]
+    assert len(plain.tokens) == len(reference) or plain.tokens[-1] == tokenizer.eos_token_id
     for draft, lookahead in (("ngram", "6"), ("early-exit:15", "3")):
         assert generate(model, tokenizer, text, chat=True, max_new_tokens=24, draft=draft,
                         lookahead=lookahead).tokens == plain.tokens
