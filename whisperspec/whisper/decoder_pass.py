@@ -6,13 +6,9 @@ only their own keys through the mask). `SingleRowPass` is a pass for a batch of 
 to logits, which `KVDecoder` runs compiled with TorchScript.
 
 Decoding one window runs one row, and each of its passes is a few dozen small ops. In eager mode
-the Python between them costs as much as the kernels of a distilled draft's step (two int8
-layers and a 26k-token head, ~0.45 ms of kernels) and ~0.5 ms of a main step. Compiled, the same
-kernels run in the same order without that interpreter work: logits and cache entries are bit for
-bit those of the eager pass. Timed as the decode loop runs them (base and its shipped draft): a
-draft token 0.96 ms instead of 1.52 right after a verify pass and 0.35 ms instead of 0.72 after
-another draft token; a main pass over 1 token 6.92 ms instead of 7.42, over 6 tokens 7.89 instead
-of 8.43.
+the Python between them costs as much as the kernels of a distilled draft's step, and a good share
+of a main step. Compiled, the same kernels run in the same order without that interpreter work:
+logits and cache entries are bit for bit those of the eager pass (timings: docs/BENCHMARKS.md).
 
 TorchScript is deprecated in torch 2.13 in favour of torch.compile, which would compile this graph
 for tens of seconds at every start of the CLI; `script_single_row_pass` returns None wherever

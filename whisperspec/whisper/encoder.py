@@ -11,15 +11,13 @@ frames). This class reads the weights of a transformers `WhisperEncoder` and run
 on weights prepacked for oneDNN once. Its output is bit for bit what the stock module structure
 computes with oneDNN linears and blocked attention, one module after another (each output column
 comes from the same dot product either way; the query scale 1/8 is a power of two for Whisper's
-64-wide heads, so folding it into the weights is exact). Measured on base, one window: 329–349 ms
-one module after another, 248–276 ms fused. Against stock transformers (MKL linears, sdpa) the
-hidden states differ in the last bits (8e-4 at most on base), as any other kernels' would.
+64-wide heads, so folding it into the weights is exact), in fewer, larger products, which is what
+makes it faster. Against stock transformers (MKL linears, sdpa) the hidden states differ in the
+last bits, as any other kernels' would.
 
 `int8=True` (compute type int8) runs the same layers with int8 products (`Int8Linear`, each
-window quantised on its own); attention stays float32. Base, one window: 164–169 ms instead of
-241–262 ms (~190 ms inside a transcription, where the decoder's weights have evicted its own from
-the caches); its outputs differ from float32 as faster-whisper's int8 ones do (1 in 7 transcripts of
-40 Asterisk prompts changed, the same WER).
+window quantised on its own); attention stays float32. Its outputs differ from float32 as
+faster-whisper's int8 ones do. Timings and differences: docs/BENCHMARKS.md.
 
 Anything the fused path does not cover (float64 test models, an activation other than GELU, a
 torch without the oneDNN ops) runs the stock transformers encoder.

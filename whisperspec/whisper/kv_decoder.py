@@ -94,8 +94,8 @@ class KVDecoder:
                              for layer in self.layers]
         shape = (batch, self.n_heads, self.max_length, self.head_dim)
         # The previous window's cache is reused when it fits: `lengths` says what is valid, and
-        # masked keys only need finite values. Fresh zeros for every window cost ~17 ms each on
-        # this CPU (page faults on newly mapped memory), the price of a decoder step or two.
+        # masked keys only need finite values. Fresh zeros for every window would pay page faults
+        # on newly mapped memory, the price of a decoder step or two.
         if not (self.self_kv and self.self_kv[0][0].shape == shape
                 and self.self_kv[0][0].dtype == dtype):
             self.self_kv = [(torch.zeros(shape, dtype=dtype, device=device),
@@ -125,10 +125,9 @@ class KVDecoder:
         """Keep only `rows` of the batch, in that order (finished rows leave a batched decode).
 
         Rows already in their slot stay where they are and the batch is narrowed in place: only the
-        rows that move are copied. Gathering every kept row into new tensors copied the whole cache
-        (base, batch 16: 0.8 GB, mostly cross-attention keys/values: 1.2 s) each time a row
-        finished; the loop hands over orders where a finished row's slot is taken by one from the
-        end (10 ms).
+        rows that move are copied (the loop hands over orders where a finished row's slot is taken
+        by one from the end). Gathering every kept row into new tensors would copy the whole cache,
+        mostly cross-attention keys/values, each time a row finishes.
         """
         rows = torch.as_tensor(rows, dtype=torch.long)
         n = len(rows)

@@ -58,8 +58,8 @@ def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frame
             segment.text = runtime.decode_text(segment.tokens)
         segments += [s for s in new_segments if s.text.strip()]
         if condition_on_previous_text and result.temperature <= 0.5:
-            # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: measured on
-            # a 3-min Asterisk file, a text-only prompt gave 10-17% WER (repeated text), this one 4.0%
+            # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: without
+            # them the model repeats the previous text (docs/BENCHMARKS.md)
             context += consumed
         else:
             context = list(initial_prompt)  # a sampled window is a poor prompt for the next one
