@@ -34,14 +34,38 @@ def test_stats_show_the_comparison():
     assert "DIFFER" in stats_markdown(result(50, [1, 2]), plain=result(100, [1, 3]))
 
 
-def test_model_field_only_accepts_known_models(tmp_path):
+def test_model_field_only_accepts_what_the_operator_allows(tmp_path):
+    from whisperspec.demo import allowed_models
+
     assert resolve_model("tiny.en") == "tiny.en" and resolve_model("") == "base"
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
-    assert resolve_model(str(tmp_path / "model")) == str(tmp_path / "model")
-    for bad in ("/etc/passwd", "/etc", "../../secret", "openai/whisper-large-v2"):
-        with pytest.raises(ValueError, match="local model folder"):
+    (tmp_path / "uploaded").mkdir()  # what a visitor could have placed through an upload route
+    (tmp_path / "uploaded" / "config.json").write_text("{}")
+    for bad in ("/etc/passwd", "/etc", "../../secret", "openai/whisper-large-v2", str(tmp_path / "model"),
+                str(tmp_path / "uploaded")):
+        with pytest.raises(ValueError, match="this demo serves base, tiny.en"):
             resolve_model(bad)
+    allowed = allowed_models(f"tiny.en,{tmp_path / 'model'}")
+    real = str((tmp_path / "model").resolve())
+    spellings = [str(tmp_path / "model"), str(tmp_path / "uploaded" / ".." / "model"), str(tmp_path / "model") + "/"]
+    assert {resolve_model(spelling, allowed) for spelling in spellings} == {real}  # one model, one copy
+    with pytest.raises(ValueError, match="this demo serves"):
+        resolve_model(str(tmp_path / "uploaded"), allowed)
+    with pytest.raises(ValueError, match="neither"):
+        allowed_models("tiny.en,/tmp")
+
+
+def test_the_pool_keeps_a_bounded_number_of_models(monkeypatch):
+    from whisperspec import demo
+
+    monkeypatch.setattr(demo, "Transcriber", lambda model, **kwargs: object())
+    pool = TranscriberPool(size=2)
+    first = pool.get("a", "none")
+    pool.get("b", "none")
+    assert pool.get("a", "none") is first  # used again: kept
+    pool.get("c", "none")  # "b" was the least recently used
+    assert set(pool._transcribers) == {("a", "none", "float32"), ("c", "none", "float32")}
 
 
 @pytest.mark.real
@@ -50,6 +74,8 @@ def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
     text, segments, view, stats, files = transcribe_request(pool, str(CLIP), "tiny.en", "int8", "4", "", "", True)
     assert "phone system" in text.lower() and segments and "ws-tok" in view
     assert "identical" in stats and sorted(Path(f).suffix for f in files) == [".json", ".srt", ".txt", ".vtt"]
+    for file in files:  # what a visitor downloads names no server path
+        assert str(CLIP.parent) not in Path(file).read_text() and "/tmp" not in Path(file).read_text()
     broken = tmp_path / "upload.wav"
     broken.write_text("not audio at all")
     with pytest.raises(ValueError, match="upload.wav") as error:
@@ -59,5 +85,7 @@ def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
         transcribe_request(pool, None, "tiny.en", "none", "4", "", "", False)
     text, *_ = transcribe_request(pool, str(CLIP), "tiny.en", "ngram", "4", "", "", True, "int8")
     assert "phone system" in text.lower()
+    with pytest.raises(ValueError, match="too long"):  # the operator's limit, before decoding
+        transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, max_seconds=2)
     with pytest.raises(ValueError, match="compute type"):
         transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, "fp8")

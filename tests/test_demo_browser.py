@@ -32,7 +32,7 @@ def server():
     from whisperspec.demo import build_demo
 
     port = free_port()
-    demo = build_demo("tiny.en")
+    demo = build_demo("tiny.en", max_seconds=10)
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
@@ -80,3 +80,77 @@ def test_twenty_concurrent_requests_all_get_answers(server):
     assert not failures and len(results) == 20
     assert time.monotonic() - started < 300
     assert threading.active_count() < 200
+
+
+def test_hostile_uploads_beside_normal_requests(server, tmp_path):
+    """A '1 Hz' WAV (hours once resampled), noise over the limit, an empty file, text and NaN
+    samples, each beside normal requests: the hostile ones get one-line errors, the normal ones
+    their transcripts, and the server stays up."""
+    import wave
+
+    import numpy as np
+    import soundfile as sf
+
+    client_module = pytest.importorskip("gradio_client")
+    with wave.open(str(tmp_path / "one-hertz.wav"), "wb") as file:
+        file.setnchannels(1), file.setsampwidth(2), file.setframerate(1)
+        file.writeframes(np.zeros(14000, dtype=np.int16).tobytes())
+    sf.write(tmp_path / "noise.flac", np.random.default_rng(0).normal(0, 0.01, 16000 * 12).astype(np.float32), 16000)
+    (tmp_path / "empty.wav").write_bytes(b"")
+    (tmp_path / "text.wav").write_text("not audio\n" * 100)
+    sf.write(tmp_path / "nan.wav", np.full(16000, np.nan, dtype=np.float32), 16000, subtype="FLOAT")
+    hostile = {"one-hertz.wav": "not a plausible audio rate", "noise.flac": "too long", "empty.wav": "empty",
+               "text.wav": "cannot be decoded", "nan.wav": "NaN"}
+
+    def one_request(path: Path):
+        client = client_module.Client(server, verbose=False)
+        try:
+            return client.predict(client_module.handle_file(str(path)), "tiny.en", "int8", "3", "", "transcribe",
+                                  False, "float32", api_name="/run")[0]
+        except Exception as error:  # gradio_client raises AppError carrying the page's message
+            return f"ERROR {error}"
+
+    paths = [tmp_path / name for name in hostile] + [CLIP] * 5
+    with ThreadPoolExecutor(max_workers=len(paths)) as pool:
+        answers = dict(zip([p.name + str(i) for i, p in enumerate(paths)], pool.map(one_request, paths, timeout=300)))
+    for (key, answer), path in zip(answers.items(), paths):
+        if path == CLIP:
+            assert "phone system" in answer.lower(), answer
+        else:
+            assert answer.startswith("ERROR") and hostile[path.name] in answer and str(tmp_path) not in answer, answer
+    assert "phone system" in one_request(CLIP).lower()  # still serving
+
+
+def test_a_stopped_demo_leaves_no_visitor_transcripts(tmp_path):
+    """SIGTERM (a service manager stopping it): the folder of result files goes with the server."""
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    client_module = pytest.importorskip("gradio_client")
+    port = free_port()
+    before = set(glob.glob("/tmp/whisperspec-demo-*"))
+    server = subprocess.Popen([sys.executable, "-m", "whisperspec.cli", "demo", "--port", str(port),
+                               "--models", "tiny.en"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the demo did not start"
+                time.sleep(0.5)
+        client = client_module.Client(f"http://127.0.0.1:{port}/", verbose=False)
+        text = client.predict(client_module.handle_file(str(CLIP)), "tiny.en", "none", "3", "", "transcribe",
+                              False, "float32", api_name="/run")[0]
+        assert "phone system" in text.lower()
+        made = set(glob.glob("/tmp/whisperspec-demo-*")) - before
+        assert made and all(os.listdir(folder) for folder in made)  # the request's result files
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 128 + signal.SIGTERM
+        assert not [folder for folder in made if os.path.exists(folder)]
+    finally:
+        server.kill()

@@ -1,14 +1,23 @@
 """Gradio demo: transcribe with and without speculation, and see which tokens the draft got right.
 
-    whisperspec demo [--host 127.0.0.1] [--port 7860]      (or: python app/app.py)
+    whisperspec demo [--host 127.0.0.1] [--port 7860] [--models base,tiny.en,/srv/my-model]
+                     [--max-seconds 600]                    (or: python app/app.py)
+
+A visitor chooses among the models the operator lists (embedded names by default; folders only when
+named on the command line) and sends at most --max-seconds of audio per request: the work of one
+request is bounded by what the operator allows, whatever the upload claims.
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import os
+import shutil
+import signal
 import tempfile
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from whisperspec import defaults
@@ -25,6 +34,8 @@ SAMPLE = sample_audio()
 DRAFTS = [kind.name for kind in DRAFTERS]
 LOOKAHEADS = list(dict.fromkeys([defaults.LOOKAHEAD, "2", "4", "6", "heuristic", "confidence", "cost"]))
 MAX_UPLOAD_BYTES = 200 << 20  # a 2-core machine: hours of audio would block the queue for everyone
+MAX_SECONDS = 600.0  # audio per request: what one visitor may hold the only worker for
+MAX_TRANSCRIBERS = 3  # loaded models kept (each ~0.5-1 GB); the least recently used one goes
 LEGEND = ('<div class="ws-legend"><span class="ws-tok ws-draft">drafted, accepted</span>'
           '<span class="ws-tok ws-main">from the main model (correction or bonus)</span></div>')
 CSS = """
@@ -37,29 +48,50 @@ CSS = """
 
 
 class TranscriberPool:
-    """Models load once and are shared by every request (one per model/drafter/lookahead/compute type)."""
+    """Models load once and are shared by every request (one per model/drafter/lookahead/compute
+    type), at most `size` of them: the least recently used is dropped when another is needed."""
 
-    def __init__(self):
-        self._transcribers: dict[tuple, Transcriber] = {}
+    def __init__(self, size: int = MAX_TRANSCRIBERS):
+        self._transcribers: OrderedDict[tuple, Transcriber] = OrderedDict()
         self._lock = threading.Lock()
+        self.size = size
 
     def get(self, model: str, draft: DraftSpec, compute_type: str = "float32") -> Transcriber:
         key = (model, str(draft), compute_type)
         with self._lock:
             if key not in self._transcribers:
+                while len(self._transcribers) >= self.size:
+                    self._transcribers.popitem(last=False)
                 self._transcribers[key] = Transcriber(model, compute_type=compute_type, draft=draft)
+            self._transcribers.move_to_end(key)
             return self._transcribers[key]
 
 
-def resolve_model(text: str) -> str:
-    """Only an embedded name or an existing local model folder: a request never names any other file."""
-    text = (text or "").strip() or "base"
-    if text in EMBEDDED_MODELS:
-        return text
-    path = Path(text).expanduser()
-    if path.is_dir() and ((path / "config.json").is_file() or (path / "model.bin").is_file()):
-        return str(path)
-    raise ValueError(f"model {text!r}: use {' or '.join(EMBEDDED_MODELS)}, or the path of a local model folder")
+def allowed_models(names: str | list[str] | None = None) -> dict[str, str]:
+    """The operator's list (embedded names and model folders) as {what a visitor picks: what loads}.
+    A folder is known by its real path, so two spellings of it are one model."""
+    allowed = {}
+    for name in ([n.strip() for n in names.split(",")] if isinstance(names, str) else names or list(EMBEDDED_MODELS)):
+        if name in EMBEDDED_MODELS:
+            allowed[name] = name
+            continue
+        path = Path(name).expanduser()
+        if not (path.is_dir() and ((path / "config.json").is_file() or (path / "model.bin").is_file())):
+            raise ValueError(f"--models: {name!r} is neither {' nor '.join(EMBEDDED_MODELS)} nor a model folder")
+        allowed[name] = os.path.realpath(path)
+    return allowed
+
+
+def resolve_model(text: str, allowed: dict[str, str] | None = None) -> str:
+    """A model the operator allows: one of its names, or another spelling of an allowed folder.
+    A request never makes the server read any other path (an upload included)."""
+    allowed = allowed or allowed_models()
+    text = (text or "").strip() or next(iter(allowed))
+    if text in allowed:
+        return allowed[text]
+    if os.path.realpath(Path(text).expanduser()) in allowed.values():
+        return os.path.realpath(Path(text).expanduser())
+    raise ValueError(f"model {text!r}: this demo serves {', '.join(allowed)}")
 
 
 def token_view(segments, tokenizer) -> str:
@@ -86,7 +118,8 @@ def stats_markdown(result, plain=None) -> str:
 
 
 def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahead, language, task, compare,
-                       compute_type="float32", progress=None):
+                       compute_type="float32", progress=None, allowed: dict[str, str] | None = None,
+                       max_seconds: float = MAX_SECONDS):
     """One request: returns (text, segments, token view, stats, files). Raises ValueError with a
     message for the page when the input cannot be used."""
     if not audio_path:
@@ -94,7 +127,7 @@ def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahea
     upload = Path(audio_path)
     if upload.stat().st_size > MAX_UPLOAD_BYTES:
         raise ValueError(f"{upload.name}: larger than {MAX_UPLOAD_BYTES >> 20} MB")
-    model = resolve_model(model)
+    model = resolve_model(model, allowed)
     if (draft or "none") not in DRAFTS:  # a visitor never names a model or a file to load as a draft
         raise ValueError(f"drafter {draft!r}: one of {', '.join(DRAFTS)}")
     spec = parse_draft_spec(draft or "none", lookahead if draft and draft != "none" else None)
@@ -107,11 +140,13 @@ def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahea
     if progress:
         progress(0.3, desc="transcribing")
     try:
-        result = transcriber.transcribe(upload, **options)
-        plain = (pool.get(model, parse_draft_spec("none"), compute_type).transcribe(upload, **options)
+        result = transcriber.transcribe(upload, max_seconds=max_seconds, **options)
+        plain = (pool.get(model, parse_draft_spec("none"), compute_type).transcribe(upload, max_seconds=max_seconds,
+                                                                                    **options)
                  if compare and spec.drafts else None)
     except AudioError as error:
         raise ValueError(str(error).replace(str(upload), upload.name)) from error  # no server paths shown
+    result.source = upload.name  # the downloadable files never carry a server path
     out_dir = Path(tempfile.mkdtemp(prefix="request-", dir=_results_root()))
     files = write_outputs(result, out_dir, upload.stem or "transcript", ["all"])
     segments = [[round(s.start, 2), round(s.end, 2), s.text.strip()] for s in result.segments]
@@ -130,15 +165,19 @@ def _results_root() -> str:
     return _results.name
 
 
-def build_demo(default_model: str = "base"):
+def build_demo(default_model: str | None = None, models: str | list[str] | None = None,
+               max_seconds: float = MAX_SECONDS):
     import gradio as gr
 
     pool = TranscriberPool()
+    allowed = allowed_models(models)
+    default_model = default_model or next(iter(allowed))
+    resolve_model(default_model, allowed)
 
     def run(audio_path, model, draft, lookahead, language, task, compare, compute_type, progress=gr.Progress()):
         try:
             return transcribe_request(pool, audio_path, model, draft, lookahead, language, task, compare,
-                                      compute_type, progress)
+                                      compute_type, progress, allowed, max_seconds)
         except ValueError as error:
             raise gr.Error(str(error)) from error
 
@@ -150,8 +189,8 @@ def build_demo(default_model: str = "base"):
         with gr.Row():
             with gr.Column(scale=1):
                 audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio")
-                model = gr.Textbox(default_model, label="Model",
-                                   info="base, tiny.en, or a local model folder (no other paths are read)")
+                model = gr.Dropdown(list(allowed), value=default_model, label="Model",
+                                    info="the models this demo's operator serves")
                 draft = gr.Dropdown(DRAFTS, value="auto", label="Drafter")
                 lookahead = gr.Dropdown(LOOKAHEADS, value=defaults.LOOKAHEAD, label="Lookahead")
                 compute_type = gr.Radio(list(COMPUTE_TYPES), value="float32", label="Compute type",
@@ -176,17 +215,35 @@ def build_demo(default_model: str = "base"):
     return demo.queue(default_concurrency_limit=1, max_size=64)
 
 
-def main(host: str = "127.0.0.1", port: int = 7860, model: str = "base") -> None:
-    build_demo(model).launch(server_name=host, server_port=port, allowed_paths=[str(SAMPLE.parent)],
-                             max_file_size=MAX_UPLOAD_BYTES)  # refused before it is even stored
+def main(host: str = "127.0.0.1", port: int = 7860, model: str | None = None, models: str | None = None,
+         max_seconds: float = MAX_SECONDS) -> None:
+    demo = build_demo(model, models, max_seconds)
+    for stop in (signal.SIGTERM, signal.SIGINT):  # visitors' transcripts do not outlive the server
+        signal.signal(stop, _remove_results_and_exit)
+    demo.launch(server_name=host, server_port=port, allowed_paths=[str(SAMPLE.parent)],
+                max_file_size=MAX_UPLOAD_BYTES)  # refused before it is even stored
+
+
+def _remove_results_and_exit(signum, frame) -> None:
+    if _results is not None:
+        shutil.rmtree(_results.name, ignore_errors=True)
+    os._exit(128 + signum)  # the server's threads would keep a normal exit waiting
 
 
 def cli(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="whisperspec demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="whisperspec demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=7860)
-    parser.add_argument("--model", default="base")
+    parser.add_argument("--models", default=",".join(EMBEDDED_MODELS),
+                        help="comma-separated models visitors may choose: embedded names and model folders")
+    parser.add_argument("--model", default=None, help="the one chosen at first (default: the first of --models)")
+    parser.add_argument("--max-seconds", type=float, default=MAX_SECONDS, help="audio per request")
     args = parser.parse_args(argv)
-    main(args.host, args.port, args.model)
+    try:
+        allowed_models(args.models)
+    except ValueError as error:
+        parser.error(str(error))
+    main(args.host, args.port, args.model, args.models, args.max_seconds)
     return 0
 

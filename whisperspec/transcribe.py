@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from whisperspec.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, is_silent, load_audio, log_mel_spectrogram
+from whisperspec.audio import (DEFAULT_MAX_SECONDS, N_FRAMES, N_SAMPLES, SAMPLE_RATE, is_silent, load_audio,
+                               log_mel_spectrogram)
 from whisperspec.models import load_whisper
 from whisperspec.result import Segment, Transcription
 from whisperspec import defaults, options
@@ -61,8 +62,10 @@ class Transcriber:
         self.initial_prompt, self.progress = initial_prompt, progress
         self.load_seconds = time.perf_counter() - started
 
-    def transcribe(self, audio, *, sample_rate: int | None = None, **overrides) -> Transcription:
-        """audio: a file path, or samples (numpy/torch) at `sample_rate` (default 16 kHz).
+    def transcribe(self, audio, *, sample_rate: int | None = None, max_seconds: float = DEFAULT_MAX_SECONDS,
+                   **overrides) -> Transcription:
+        """audio: a file path, or samples (numpy/torch) at `sample_rate` (default 16 kHz), at most
+        `max_seconds` long (checked before it is decoded where the file says how long it is).
 
         Keyword overrides: language, task, timestamps, initial_prompt. Raises AudioError for
         unreadable input (the message names the file).
@@ -75,7 +78,7 @@ class Transcriber:
         source = None if isinstance(audio, (np.ndarray, torch.Tensor)) else str(audio)
 
         started = time.perf_counter()
-        samples = load_audio(audio, sample_rate)
+        samples = load_audio(audio, sample_rate, max_seconds=max_seconds)
         duration = len(samples) / SAMPLE_RATE
         if is_silent(samples) or duration < defaults.MIN_SPEECH_SECONDS:
             # nothing to decode: Whisper would only hallucinate here ("you")
