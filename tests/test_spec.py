@@ -132,3 +132,13 @@ def test_every_entry_point_refuses_a_bad_spec_before_loading(argv, monkeypatch, 
     assert cli.main(argv) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and error.startswith("whisperspec")
+
+
+def test_the_api_is_at_the_package_root_and_importing_it_is_cheap():
+    import subprocess
+    import sys
+
+    code = ("import sys, whisperspec; assert 'torch' not in sys.modules; "
+            "from whisperspec import Transcriber, Transcription, Segment, AudioError, SpecError; "
+            "from whisperspec.transcribe import Transcriber as T; assert Transcriber is T")
+    subprocess.run([sys.executable, "-c", code], check=True)
