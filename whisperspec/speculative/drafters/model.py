@@ -10,6 +10,7 @@ generation crops its cache). Rows of a batch draft together in one forward pass 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Callable
 
 import torch
@@ -18,23 +19,24 @@ from whisperspec.speculative.coupled import coupled_choice
 from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal
 
 
-class DraftModel:
+class DraftModel(ABC):
     """A network with a KV cache that a `ModelDrafter` runs. The start and reorder hooks do nothing
     here: a draft model whose cache belongs to another (an early exit) or that needs no set-up
     leaves them as they are."""
 
     vocab_ids: torch.Tensor | None = None  # full-vocabulary ids of the logits' columns (reduced head), or None
 
+    @abstractmethod
     def held_tokens(self, row: int) -> list[int]:
         """The tokens whose keys/values the cache holds for `row`, in order."""
-        raise NotImplementedError
 
+    @abstractmethod
     def rollback(self, lengths: list[int]) -> None:
-        raise NotImplementedError
+        """Keep only the first `lengths` cached positions of each row."""
 
+    @abstractmethod
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [batch, n] -> logits [batch, n, vocab or len(vocab_ids)]."""
-        raise NotImplementedError
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep only these batch rows, in this order."""
