@@ -8,6 +8,13 @@ import math
 from whisperspec.spec import is_model_name
 
 TASKS = ("transcribe", "translate")
+SAMPLING = ("coupled", "residual")  # at temperature > 0 (see `whisperspec.whisper.decode.DecodeOptions`)
+
+
+def one_of(option: str, value, accepted: tuple) -> str:
+    if value not in accepted:
+        raise ValueError(f"{option} {value!r}: one of {', '.join(accepted)}")
+    return value
 
 
 def language_code(language: str | None) -> str | None:
@@ -47,8 +54,7 @@ def temperatures(temperature: float | None) -> float | None:
 
 
 def check_task(task: str, model: str) -> str:
-    if task not in TASKS:
-        raise ValueError(f"task {task!r}: one of {', '.join(TASKS)}")
+    one_of("task", task, TASKS)
     if task == "translate" and str(model).endswith(".en"):
         raise ValueError(f"task 'translate': model {model!r} is English-only (it cannot translate); "
                          "use a multilingual model such as base")

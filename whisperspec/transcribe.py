@@ -10,9 +10,9 @@ import torch
 
 from whisperspec.audio import (DEFAULT_MAX_SECONDS, N_FRAMES, N_SAMPLES, SAMPLE_RATE, is_silent, load_audio,
                                log_mel_spectrogram)
+from whisperspec import defaults, options
 from whisperspec.models import load_whisper
 from whisperspec.result import Segment, Transcription
-from whisperspec import defaults, options
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
@@ -47,9 +47,9 @@ class Transcriber:
         temperature = options.temperatures(temperature)
         self.options = DecodeOptions(
             task=options.check_task(task, model), language=options.language_code(language), timestamps=timestamps,
-            seed=seed, sampling=_one_of("sampling", sampling, SAMPLING),
+            seed=seed, sampling=options.one_of("sampling", sampling, options.SAMPLING),
             temperatures=DecodeOptions.temperatures if temperature is None else (temperature,))
-        _one_of("compute type", compute_type, COMPUTE_TYPES)
+        options.one_of("compute type", compute_type, COMPUTE_TYPES)
         try:
             self.bundle = load_whisper(options.check_model(model))
         except OSError as error:
@@ -119,11 +119,3 @@ def _decode_stats(windows, stats: SpeculationStats) -> dict:
     return {"windows": len(windows), "tokens": tokens,
             "temperatures": [w.temperature for w in windows], "speculation": stats.to_dict()}
 
-
-SAMPLING = ("coupled", "residual")
-
-
-def _one_of(option: str, value, accepted: tuple) -> str:
-    if value not in accepted:
-        raise ValueError(f"{option} {value!r}: one of {', '.join(accepted)}")
-    return value

@@ -29,7 +29,6 @@ class Generation:
     logprobs: list[float] = field(default_factory=list)  # target log-probability of each new token
     from_draft: list[bool] = field(default_factory=list)  # True: accepted from the draft
     stats: SpeculationStats = field(default_factory=SpeculationStats)
-    stopped: bool = False  # ended by `stop`
 
     @property
     def sum_logprob(self) -> float:
@@ -114,7 +113,6 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
             cut = stop(r, out.tokens) if stop else None
             if cut is not None:
                 out.tokens, out.logprobs, out.from_draft = out.tokens[:cut], out.logprobs[:cut], out.from_draft[:cut]
-                out.stopped = True
             if cut is not None or emitted[-1] == eos_token_id or len(out.tokens) >= max_new_tokens:
                 finished.append(r)
         for r, v in zip(active, verdicts) if drafter else ():

@@ -78,8 +78,9 @@ class RunawayStop:
     RUNAWAY_CHECK_EVERY tokens from RUNAWAY_MIN_TOKENS on, and a window that fails it stops there
     (and falls back, if a higher temperature is left). The check points are token counts, not
     rounds, so a window stops at the same token with any drafter or none. The output differs from
-    openai-whisper's only for a window that starts repeating and later stops (its final ratio
-    passing the test): there the fallback comes earlier.
+    openai-whisper's for a window that starts repeating and later stops (its final ratio passing
+    the test): there the fallback comes earlier; and at the last temperature a looping window keeps
+    the text up to the check that stopped it, not the loop to the token limit.
     """
 
     def __init__(self, decode_text, threshold: float):
