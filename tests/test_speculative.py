@@ -50,7 +50,7 @@ def test_every_drafter_and_lookahead_matches_plain_greedy(seed, timestamps):
             assert result.stats.emitted >= len(result.tokens)
             assert result.stats.proposed > 0, (name, lookahead)  # it drafted ...
             assert result.stats.draft_passes > 0 or name == "ngram", (name, lookahead)  # ... with its model
-            if name in ALWAYS_AGREE:
+            if name in ALWAYS_AGREE and lookahead != "cost":  # cost's k follows measured timings
                 assert result.stats.accepted > 0, (name, lookahead)  # ... and was right somewhere
             accepted += result.stats.accepted
         # The others score fewer tokens or are other random models: on these random windows they
