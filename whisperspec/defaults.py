@@ -28,3 +28,7 @@ RUNAWAY_CHECK_EVERY, RUNAWAY_MIN_TOKENS = 32, 64
 
 # `whisperspec distill`
 DISTILL_EPOCHS = 5
+
+# The demo's live microphone: new audio between two readings of the growing buffer (whisper_streaming's
+# default minimum chunk; each reading re-decodes the buffer, so a shorter step costs more CPU).
+LIVE_STEP_SECONDS = 1.0

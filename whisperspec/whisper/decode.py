@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import torch
 
@@ -38,6 +39,9 @@ class DecodeOptions:
     # `whisperspec.speculative.coupled`); "residual" is Leviathan et al.'s rule (the same
     # distribution, another draw)
     sampling: str = "coupled"
+    # called before every decoder round; what it raises stops the decode there (the demo's
+    # cancellation and per-request time budget)
+    interrupt: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -151,7 +155,7 @@ class WindowDecoder:
         outs = generate_batch(runtime.decoder, prefixes, max_new, special.eot, drafter=self.drafter,
                               lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
                               generator=torch.Generator().manual_seed(options.seed), noise=noise,
-                              held=0, on_prefill=read_no_speech,
+                              held=0, on_prefill=read_no_speech, interrupt=options.interrupt,
                               stop=runaway if options.compression_ratio_threshold is not None else None)
         results = [self._result(out, lang, temperature, p) for out, lang, p in zip(outs, languages, no_speech)]
         for row, result in enumerate(results):
