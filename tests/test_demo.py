@@ -89,3 +89,145 @@ def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
         transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, max_seconds=2)
     with pytest.raises(ValueError, match="compute type"):
         transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, "fp8")
+
+
+def test_a_guard_stops_at_its_budget_counted_from_the_first_round_or_when_cancelled():
+    import time
+
+    from whisperspec.demo_requests import RequestGuard, RequestStopped
+
+    guard = RequestGuard(0.2)
+    time.sleep(0.3)  # loading, before the first round: not counted
+    guard()
+    guard()
+    time.sleep(0.3)
+    with pytest.raises(RequestStopped, match="stopped after 0.2 s of computing"):
+        guard()
+    unlimited = RequestGuard(None)
+    unlimited()
+    unlimited.cancel()
+    with pytest.raises(RequestStopped, match="cancelled"):
+        unlimited()
+
+
+def test_a_cancelled_or_abandoned_request_stops_its_work_and_only_then_frees_its_slot():
+    """Gradio cancels the event's task (a client's cancel), or the visitor leaves (unload): the
+    work, checking its guard as a decode does between rounds, stops at its next check, and the
+    cancelled event ends only once the work has."""
+    import asyncio
+    import threading
+    import time
+
+    from whisperspec.demo_requests import ActiveRequests, RequestStopped
+
+    requests, stopped = ActiveRequests(seconds=60), []
+
+    def work(guard):
+        try:
+            for _ in range(1000):  # 10 s unless stopped
+                guard()
+                time.sleep(0.01)
+            return "finished"
+        finally:
+            stopped.append(time.monotonic())
+
+    async def scenario():
+        task = asyncio.ensure_future(requests.run("visitor-a", work))
+        await asyncio.sleep(0.2)
+        assert requests.running() == 1
+        cancelled = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert stopped and stopped[0] - cancelled < 0.5 and time.monotonic() - stopped[0] < 0.5
+        assert requests.running() == 0
+        left = asyncio.ensure_future(requests.run("visitor-b", work))
+        other = asyncio.ensure_future(requests.run("visitor-c", lambda guard: (guard(), "answered")[1]))
+        await asyncio.sleep(0.2)
+        requests.leave("visitor-b")  # Gradio's unload for visitor-b's session
+        with pytest.raises(RequestStopped, match="cancelled"):
+            await left
+        assert await other == "answered" and len(stopped) == 2 and requests.running() == 0
+
+    asyncio.run(scenario())
+    assert threading.active_count() < 50
+
+
+@pytest.mark.real
+def test_an_interrupted_decode_stops_within_a_round_and_the_transcriber_is_reused():
+    from whisperspec.demo_requests import RequestStopped
+    from whisperspec.transcribe import Transcriber
+
+    for draft in ("none", "int8"):
+        transcriber = Transcriber("tiny.en", draft=draft)
+        expected = transcriber.transcribe(CLIP)
+        rounds = []
+
+        def interrupt():
+            rounds.append(1)
+            if len(rounds) == 3:
+                raise RequestStopped("stop")
+
+        with pytest.raises(RequestStopped):
+            transcriber.transcribe(CLIP, interrupt=interrupt)
+        assert len(rounds) == 3  # checked before every round, nothing decoded after the stop
+        checks = []
+        again = transcriber.transcribe(CLIP, interrupt=lambda: checks.append(1))
+        assert [s.tokens for s in again.segments] == [s.tokens for s in expected.segments]
+        assert len(checks) == again.stats["speculation"]["rounds"] == expected.stats["speculation"]["rounds"]
+
+
+def test_a_streamed_chunk_is_read_to_the_end_of_the_file_whatever_its_header_says(tmp_path):
+    """The browser reuses its first chunk's WAV header: the length it declares is not the chunk's."""
+    import struct
+
+    import numpy as np
+
+    from whisperspec.demo_live import stream_chunk
+
+    samples = (np.arange(9600) % 200 - 100).astype("<i2")
+    header = (b"RIFF" + struct.pack("<I", 36 + 9600) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 48000, 96000, 2, 16)
+              + b"data" + struct.pack("<I", 9600))  # says 4800 frames
+    (tmp_path / "chunk.wav").write_bytes(header + samples.tobytes())
+    rate, read = stream_chunk(tmp_path / "chunk.wav")
+    assert rate == 48000 and read.shape == (9600, 1) and (read[:, 0] == samples).all()
+    (tmp_path / "text.wav").write_text("not a recording" * 10)
+    with pytest.raises(ValueError, match="not a WAV"):
+        stream_chunk(tmp_path / "text.wav")
+
+
+def test_every_streamed_chunk_is_noted_in_order_and_passed_on_to_gradio():
+    import asyncio
+    import json
+
+    from whisperspec.demo_live import StreamedChunks
+
+    chunks, seen = StreamedChunks(), []
+
+    async def gradio(scope, receive, send):
+        messages = [await receive()]
+        while messages[-1].get("more_body"):
+            messages.append(await receive())
+        seen.append((scope["path"], b"".join(m["body"] for m in messages)))
+
+    tapped = chunks.tap(gradio)
+
+    async def post(path, body):
+        messages = [{"type": "http.request", "body": body[:10], "more_body": True},
+                    {"type": "http.request", "body": body[10:], "more_body": False}]
+        await tapped({"type": "http", "method": "POST", "path": path}, lambda: asyncio.sleep(0, messages.pop(0)), None)
+
+    def chunk(name, session="s1"):
+        return json.dumps({"data": [{"path": f"/tmp/gradio/{name}/audio.wav"}, None], "session_hash": session}).encode()
+
+    async def scenario():
+        for name in ("a", "b", "b", "c"):  # the browser may post the same upload twice
+            await post("/gradio_api/stream/event-1", chunk(name))
+        await post("/gradio_api/stream/event-2", chunk("x", session="s2"))
+        await post("/gradio_api/upload", b"--multipart--")
+        await post("/gradio_api/stream/event-1", b"{not json")
+
+    asyncio.run(scenario())
+    assert chunks.tapped and chunks.take("s1") == [f"/tmp/gradio/{n}/audio.wav" for n in "abc"]
+    assert chunks.take("s1") == [] and chunks.take("s2") == ["/tmp/gradio/x/audio.wav"]
+    assert len(seen) == 7 and seen[0][1] == chunk("a") and seen[5] == ("/gradio_api/upload", b"--multipart--")

@@ -17,26 +17,23 @@ never holds a recording.
 
 import argparse
 import asyncio
-import contextvars
 import html
 import math
 import os
 import shutil
 import signal
-import struct
-import sys
 import tempfile
 import threading
 import time
-from collections import OrderedDict, defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable
 
 from whisperspec import defaults
 from whisperspec.audio import SAMPLE_RATE, AudioError
-from whisperspec.options import language_code
+from whisperspec.demo_live import LiveSession, StreamedChunks
+from whisperspec.demo_requests import ActiveRequests, RequestStopped
 from whisperspec.live import LiveTranscript
 from whisperspec.models import EMBEDDED_MODELS
 from whisperspec.output import write_outputs
@@ -56,7 +53,6 @@ MAX_SECONDS = 600.0  # audio per request: what one visitor may hold the only wor
 # long-form real-time factors in docs/BENCHMARKS.md (0.038 + 0.056): a normal request finishes on a
 # loaded machine, one that loops on noise is stopped, and nobody waits behind it longer than this.
 MAX_REQUEST_SECONDS = 120.0
-DECODE_NICENESS = 10  # how much lower the decoding threads' CPU priority is than the server's
 MAX_TRANSCRIBERS = 3  # loaded models kept (each ~0.5-1 GB); the least recently used one goes
 LEGEND = ('<div class="ws-legend"><span class="ws-tok ws-draft">drafted, accepted</span>'
           '<span class="ws-tok ws-main">from the main model (correction or bonus)</span></div>')
@@ -69,7 +65,6 @@ CSS = """
 .ws-tentative { opacity: 0.55; font-style: italic; outline: 1px dashed #888; }
 .ws-legend .ws-tok { margin-right: 12px; padding: 2px 8px; }
 """
-T = TypeVar("T")
 
 
 class TranscriberPool:
@@ -100,85 +95,6 @@ class TranscriberPool:
                 self._transcribers[key] = (Transcriber(model, compute_type=compute_type, draft=draft), threading.Lock())
             self._transcribers.move_to_end(key)
             return self._transcribers[key]
-
-
-class RequestStopped(Exception):
-    """A request's decode stopped before its end: its visitor left, or it ran over its budget."""
-
-
-class RequestGuard:
-    """Called between decoder rounds (`DecodeOptions.interrupt`): stops one request's decode once
-    it is cancelled or has computed for `seconds`. The clock starts at the first decoder round:
-    loading a model the operator serves is not the visitor's doing."""
-
-    def __init__(self, seconds: float | None = None):
-        self.seconds, self.deadline, self.cancelled = seconds, None, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def __call__(self) -> None:
-        if self.cancelled:
-            raise RequestStopped("the request was cancelled")
-        now = time.monotonic()
-        if self.deadline is None:
-            self.deadline = now + self.seconds if self.seconds else math.inf
-        elif now > self.deadline:
-            raise RequestStopped(f"this request was stopped after {self.seconds:g} s of computing, the most this "
-                                 "demo gives one request: send shorter audio (or try another drafter)")
-
-
-def _lower_priority() -> None:
-    """Decoding threads yield the CPU to the server's own (Linux: a thread's niceness is its own, and
-    the threads torch starts from it inherit it): pages, uploads and a live recording's chunks are
-    handled at once while both cores decode, instead of queueing behind the decode."""
-    if sys.platform == "linux":
-        thread = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, thread, min(os.getpriority(os.PRIO_PROCESS, thread) + DECODE_NICENESS, 19))
-
-
-class ActiveRequests:
-    """The requests running now, by visitor session: when a visitor leaves, their decodes stop."""
-
-    def __init__(self, seconds: float | None = MAX_REQUEST_SECONDS):
-        self.seconds = seconds
-        self._sessions: defaultdict[str | None, set[RequestGuard]] = defaultdict(set)
-        self._lock = threading.Lock()
-        # a file request, its comparison and a live reading may run at once
-        self._workers = ThreadPoolExecutor(4, thread_name_prefix="whisperspec-decode", initializer=_lower_priority)
-
-    async def run(self, session: str | None, work: Callable[[RequestGuard], T]) -> T:
-        """`work(guard)` in a worker thread, with a fresh guard. When Gradio cancels the event (a
-        client's cancel), the decode is told to stop and the event ends once it has: the queue
-        gives the next request the CPU, not a CPU still busy with this one."""
-        guard = RequestGuard(self.seconds)
-        with self._lock:
-            self._sessions[session].add(guard)
-        future = asyncio.get_running_loop().run_in_executor(self._workers, contextvars.copy_context().run, work, guard)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            guard.cancel()
-            await asyncio.wait([future])
-            if not future.cancelled():
-                future.exception()  # the RequestStopped it ended with: nobody is left to tell
-            raise
-        finally:
-            with self._lock:
-                self._sessions[session].discard(guard)
-                if not self._sessions[session]:
-                    del self._sessions[session]
-
-    def leave(self, session: str | None) -> None:
-        """The visitor of `session` has gone (Gradio's unload): stop what they started."""
-        with self._lock:
-            guards = list(self._sessions.get(session, ()))
-        for guard in guards:
-            guard.cancel()
-
-    def running(self) -> int:
-        with self._lock:
-            return sum(len(guards) for guards in self._sessions.values())
 
 
 def allowed_models(names: str | list[str] | None = None) -> dict[str, str]:
@@ -234,16 +150,30 @@ def stats_markdown(result, plain=None) -> str:
     return _table(rows)
 
 
-def live_stats(live: LiveTranscript, confirmed, tentative, lost_seconds: float = 0.0) -> str:
+def live_stats(live: LiveTranscript, confirmed, tentative, missing_seconds: float = 0.0) -> str:
     """How far the recording is, what is confirmed, and how the latest reading of the buffer went."""
     rows = [("recorded", f"{live.seconds:.1f} s"),
-            ("audio lost on the way (server busy)", f"{lost_seconds:.1f} s"),
+            ("recording not received (on its way, or lost)", f"{missing_seconds:.1f} s"),
             ("buffer (read again at each step)", f"{len(live.buffer) / SAMPLE_RATE:.1f} s"),
             ("confirmed tokens", f"{len(confirmed)} ({sum(t.from_draft for t in confirmed)} drafted and accepted)"),
             ("tentative tokens", f"{len(tentative)} ({sum(t.from_draft for t in tentative)} drafted and accepted)")]
     if live.last is not None:
         rows += [(f"latest reading: {name}", value) for name, value in live.last.stats_rows() if name != "audio"]
     return _table(rows)
+
+
+def live_outputs(live: LiveSession) -> tuple:
+    """(the session, token view, confirmed text, stats) for the page; tentative tokens faded."""
+    live.shown = live.transcript.last
+    confirmed, tentative = live.transcript.tokens()
+    stats = live_stats(live.transcript, confirmed, tentative, live.missing_seconds)
+    if not (confirmed or tentative):
+        return live, LIVE_LEGEND, "", stats
+    tokenizer = live.runtime.tokenizer
+    spans = [_token_span(t.id, t.from_draft, tokenizer) for t in confirmed]
+    spans += [_token_span(t.id, t.from_draft, tokenizer, tentative=True) for t in tentative]
+    view = LIVE_LEGEND + '<div class="ws-tokens">' + "".join(spans) + "</div>"
+    return live, view, live.runtime.decode_text([t.id for t in confirmed]).strip(), stats
 
 
 def _table(rows) -> str:
@@ -296,86 +226,6 @@ def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahea
             stats_markdown(result, plain), [str(f) for f in files])
 
 
-WAV_SAMPLES = {(1, 16): "<i2", (1, 32): "<i4", (3, 32): "<f4"}  # (format, bits): what the browser may record
-
-
-def stream_chunk(path) -> tuple[int, "np.ndarray"]:
-    """(rate, samples [frames, channels]) of one chunk of a streamed recording: the browser sends
-    the 44-byte WAV header of its first chunk, then every sample recorded since the previous chunk.
-    The header's length is the first chunk's, so the samples are read to the end of the file (Gradio's
-    own reader stops at that length and drops what the browser recorded while a chunk was handled)."""
-    import numpy as np
-
-    data = Path(path).read_bytes()
-    if len(data) < 44 or data[:4] != b"RIFF" or data[8:12] != b"WAVE" or data[36:40] != b"data":
-        raise ValueError("the browser sent a recording that is not a WAV file")
-    audio_format, channels, rate = struct.unpack_from("<HHI", data, 20)
-    bits = struct.unpack_from("<H", data, 34)[0]
-    dtype = WAV_SAMPLES.get((audio_format, bits))
-    if dtype is None or not channels:
-        raise ValueError(f"the browser sent {bits}-bit samples in WAV format {audio_format}: not supported")
-    frame = channels * bits // 8
-    frames = (len(data) - 44) // frame
-    return rate, np.frombuffer(data, dtype, frames * channels, offset=44).reshape(frames, channels)
-
-
-class LiveSession:
-    """One visitor's live recording. Chunks are added as they arrive and the buffer is read again in
-    the background, one reading at a time: Gradio drops what a browser records while the stream's
-    handler is busy, and a reading takes longer than the chunks between two of them."""
-
-    def __init__(self, choices: tuple[str, DraftSpec, str], language: str | None, task: str | None):
-        self.choices, self.task = choices, task or "transcribe"  # (model, draft spec, compute type), checked
-        self.transcript = LiveTranscript(language=language_code(language))
-        self.reading: "asyncio.Future | None" = None  # the reading running now
-        self.error: str | None = None  # why the latest reading failed, for the page
-        self.runtime = None  # the model's, once loaded: its tokenizer shows the tokens
-        self.shown = None  # the reading the page shows
-        self.started = self.ended = None  # when the first chunk arrived, when the recording stopped (monotonic)
-
-    def add(self, chunk_path: str) -> None:
-        """A chunk as Gradio streams it (a file: `stream_chunk`)."""
-        if self.started is None:
-            self.started = time.monotonic()
-        try:
-            self.transcript.add(*reversed(stream_chunk(chunk_path)))
-        except AudioError as error:
-            raise ValueError(str(error)) from error
-
-    @property
-    def lost_seconds(self) -> float:
-        """Recorded time that never arrived: Gradio keeps only the newest chunk that reaches a busy
-        server (the browser sends one every 0.1 s), so a loaded server loses audio."""
-        if self.started is None:
-            return 0.0
-        return max((self.ended or time.monotonic()) - self.started - self.transcript.seconds, 0.0)
-
-    def read(self, pool: TranscriberPool, interrupt: Callable[[], None] | None = None, finish: bool = False) -> None:
-        """Read the buffer again (or, with `finish`, for the last time); in a worker thread."""
-        with pool.use(*self.choices) as transcriber:
-            self.runtime = transcriber.runtime
-            read = self.transcript.finish if finish else self.transcript.step
-            read(transcriber, task=self.task, interrupt=interrupt)
-
-    @property
-    def changed(self) -> bool:
-        """A reading has finished since the page was last updated."""
-        return self.transcript.last is not self.shown
-
-    def outputs(self) -> tuple:
-        """(this session, token view, confirmed text, stats) for the page."""
-        self.shown = self.transcript.last
-        confirmed, tentative = self.transcript.tokens()
-        if not (confirmed or tentative):
-            return self, LIVE_LEGEND, "", live_stats(self.transcript, confirmed, tentative, self.lost_seconds)
-        tokenizer = self.runtime.tokenizer
-        spans = [_token_span(t.id, t.from_draft, tokenizer) for t in confirmed]
-        spans += [_token_span(t.id, t.from_draft, tokenizer, tentative=True) for t in tentative]
-        text = self.runtime.decode_text([t.id for t in confirmed]).strip()
-        view = LIVE_LEGEND + '<div class="ws-tokens">' + "".join(spans) + "</div>"
-        return self, view, text, live_stats(self.transcript, confirmed, tentative, self.lost_seconds)
-
-
 _results = None
 
 
@@ -394,6 +244,7 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
     import gradio as gr
 
     pool = TranscriberPool()
+    streamed = StreamedChunks()
     requests = requests or ActiveRequests()
     requests.seconds = max_request_seconds
     allowed = allowed_models(models)
@@ -407,7 +258,7 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
                 pool, audio_path, model, draft, lookahead, language, task, compare, compute_type, progress, allowed,
                 max_seconds, guard))
         except (ValueError, RequestStopped) as error:
-            raise gr.Error(str(error)) from error
+            raise gr.Error(str(error), print_exception=False) from error
 
     async def read_live(live: LiveSession, session: str, finish: bool = False) -> None:
         try:
@@ -415,38 +266,55 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
         except (ValueError, RequestStopped) as error:
             live.error = str(error)
 
+    def arrived(chunk, session: str) -> list[str]:
+        """The chunks that reached the server since the last call (see StreamedChunks)."""
+        if not streamed.tapped:
+            return [chunk] if chunk else []
+        return [path for path in streamed.take(session) if path in demo.upload_file_set]
+
     async def listen(chunk, live, model, draft, lookahead, compute_type, language, task, request: gr.Request):
         try:
             live = live or LiveSession(request_choices(model, draft, lookahead, compute_type, allowed), language, task)
-            if chunk is not None:
-                live.add(chunk)
+            for path in arrived(chunk, request.session_hash):
+                live.add(path)
         except ValueError as error:
-            raise gr.Error(str(error)) from error
+            raise gr.Error(str(error), print_exception=False) from error
         if live.error:
-            raise gr.Error(live.error)
+            raise gr.Error(live.error, print_exception=False)
         if live.transcript.ready and (live.reading is None or live.reading.done()):
             live.reading = asyncio.ensure_future(read_live(live, request.session_hash))
-        # The browser sends a chunk every 0.1 s and Gradio keeps only the newest one that arrives while
-        # a chunk is handled: the page is updated only when a reading has finished.
-        return live.outputs() if live.changed else (live, gr.skip(), gr.skip(), gr.skip())
+        # a chunk arrives every 0.1 s: the page is updated only when a reading has finished
+        return live_outputs(live) if live.changed else (live, gr.skip(), gr.skip(), gr.skip())
 
     async def stop_listening(live, request: gr.Request):
         if live is None:
             return None, "", "", ""
         live.ended = time.monotonic()
+        for path in arrived(None, request.session_hash):
+            live.add(path)
         if live.reading is not None:
             await live.reading
         await read_live(live, request.session_hash, finish=True)
         if live.error:
-            raise gr.Error(live.error)
-        return live.outputs()
+            raise gr.Error(live.error, print_exception=False)
+        return live_outputs(live)
 
     def leave(request: gr.Request):  # the visitor closed the page: stop their work
         requests.leave(request.session_hash)
+        streamed.take(request.session_hash)
+
+    class Demo(gr.Blocks):
+        def launch(self, *args, **kwargs):
+            """Gradio's launch, with the middleware that keeps every streamed chunk."""
+            from starlette.middleware import Middleware
+
+            app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
+            app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(streamed.tap)]
+            return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 
     # Uploads live in Gradio's temporary folder (one copy per distinct file, shared by requests that
     # upload the same bytes); delete_cache removes them, and the result files, after an hour.
-    with gr.Blocks(title="whisperspec", css=CSS, delete_cache=(600, 3600)) as demo:
+    with Demo(title="whisperspec", css=CSS, delete_cache=(600, 3600)) as demo:
         gr.Markdown("# whisperspec\nWhisper on the CPU with lossless speculative decoding: a cheap draft "
                     "proposes tokens, the main model checks them in one pass and keeps exactly its own output.")
         with gr.Row():
