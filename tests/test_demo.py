@@ -134,7 +134,7 @@ def test_a_cancelled_or_abandoned_request_stops_its_work_and_only_then_frees_its
     async def scenario():
         task = asyncio.ensure_future(requests.run("visitor-a", work))
         await asyncio.sleep(0.2)
-        assert requests.running() == 1
+        assert requests.running() == requests.decoding() == 1
         cancelled = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -196,38 +196,60 @@ def test_a_streamed_chunk_is_read_to_the_end_of_the_file_whatever_its_header_say
         stream_chunk(tmp_path / "text.wav")
 
 
-def test_every_streamed_chunk_is_noted_in_order_and_passed_on_to_gradio():
+def test_streamed_chunks_are_taken_in_upload_order_once_each_and_passed_on_to_gradio():
+    """Uploads are numbered as they arrive (the order the browser recorded the chunks); posts
+    that come late, twice, or name a file no upload wrote are ordered, merged or ignored."""
     import asyncio
     import json
+    import time
 
     from whisperspec.demo_live import StreamedChunks
 
-    chunks, seen = StreamedChunks(), []
+    chunks, seen = StreamedChunks(reorder_seconds=0.3), []
 
     async def gradio(scope, receive, send):
         messages = [await receive()]
         while messages[-1].get("more_body"):
             messages.append(await receive())
-        seen.append((scope["path"], b"".join(m["body"] for m in messages)))
+        body = b"".join(m["body"] for m in messages)
+        seen.append((scope["path"], body))
+        if scope["path"].endswith("/upload"):  # Gradio's answer: where it stored the file
+            await send({"type": "http.response.start", "status": 200})
+            await send({"type": "http.response.body", "body": json.dumps([f"/up/{body.decode()}/audio.wav"]).encode()})
 
     tapped = chunks.tap(gradio)
 
     async def post(path, body):
-        messages = [{"type": "http.request", "body": body[:10], "more_body": True},
-                    {"type": "http.request", "body": body[10:], "more_body": False}]
-        await tapped({"type": "http", "method": "POST", "path": path}, lambda: asyncio.sleep(0, messages.pop(0)), None)
+        messages = [{"type": "http.request", "body": body[:3], "more_body": True},
+                    {"type": "http.request", "body": body[3:], "more_body": False}]
+
+        async def send(message):
+            pass
+
+        await tapped({"type": "http", "method": "POST", "path": path}, lambda: asyncio.sleep(0, messages.pop(0)), send)
 
     def chunk(name, session="s1"):
-        return json.dumps({"data": [{"path": f"/tmp/gradio/{name}/audio.wav"}, None], "session_hash": session}).encode()
+        return json.dumps({"data": [{"path": f"/up/{name}/audio.wav"}, None], "session_hash": session}).encode()
 
     async def scenario():
-        for name in ("a", "b", "b", "c"):  # the browser may post the same upload twice
+        for name in ("a", "b", "c", "d", "x"):
+            await post("/gradio_api/upload", name.encode())
+        for name in ("b", "a", "a", "c"):  # b's upload finished first; a posted twice
             await post("/gradio_api/stream/event-1", chunk(name))
+        await post("/gradio_api/stream/event-1", chunk("/etc", session="s1"))  # not an upload's
         await post("/gradio_api/stream/event-2", chunk("x", session="s2"))
-        await post("/gradio_api/upload", b"--multipart--")
-        await post("/gradio_api/stream/event-1", b"{not json")
+        assert chunks.take("s1") == []  # a late chunk may still come
+        await asyncio.sleep(0.35)
+        assert chunks.take("s1") == [f"/up/{n}/audio.wav" for n in "abc"]
+        await post("/gradio_api/stream/event-1", chunk("d"))
+        assert chunks.take("s1", wait=False) == ["/up/d/audio.wav"]  # the recording stopped
+        for name in ("e", "f"):
+            await post("/gradio_api/upload", name.encode())
+        await post("/gradio_api/stream/event-1", chunk("f"))
+        assert chunks.take("s1", wait=False) == ["/up/f/audio.wav"]
+        await post("/gradio_api/stream/event-1", chunk("e"))  # later than a chunk recorded after it
+        assert chunks.take("s1", wait=False) == []
 
     asyncio.run(scenario())
-    assert chunks.tapped and chunks.take("s1") == [f"/tmp/gradio/{n}/audio.wav" for n in "abc"]
-    assert chunks.take("s1") == [] and chunks.take("s2") == ["/tmp/gradio/x/audio.wav"]
-    assert len(seen) == 7 and seen[0][1] == chunk("a") and seen[5] == ("/gradio_api/upload", b"--multipart--")
+    assert chunks.tapped and chunks.take("s2", wait=False) == ["/up/x/audio.wav"]
+    assert ("/gradio_api/stream/event-1", chunk("b")) in seen and len(seen) == 16  # Gradio gets every request

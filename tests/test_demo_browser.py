@@ -292,7 +292,7 @@ def test_a_visitor_who_closes_the_page_stops_their_decode(budgeted_server):
 
 def decoding(requests, done, seconds: float = 1.0) -> None:
     """Wait until a request is decoding, and let it decode for `seconds`."""
-    while requests.running() == 0:
+    while requests.decoding() == 0:
         assert not done(), "the request ended before it started decoding"
         time.sleep(0.05)
     time.sleep(seconds)

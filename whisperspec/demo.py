@@ -266,11 +266,11 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
         except (ValueError, RequestStopped) as error:
             live.error = str(error)
 
-    def arrived(chunk, session: str) -> list[str]:
-        """The chunks that reached the server since the last call (see StreamedChunks)."""
+    def arrived(chunk, session: str, wait: bool = True) -> list[str]:
+        """The chunks that reached the server since the last call, in recording order (StreamedChunks)."""
         if not streamed.tapped:
             return [chunk] if chunk else []
-        return [path for path in streamed.take(session) if path in demo.upload_file_set]
+        return [path for path in streamed.take(session, wait) if path in demo.upload_file_set]
 
     async def listen(chunk, live, model, draft, lookahead, compute_type, language, task, request: gr.Request):
         try:
@@ -290,7 +290,7 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
         if live is None:
             return None, "", "", ""
         live.ended = time.monotonic()
-        for path in arrived(None, request.session_hash):
+        for path in arrived(None, request.session_hash, wait=False):
             live.add(path)
         if live.reading is not None:
             await live.reading
@@ -301,7 +301,7 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
 
     def leave(request: gr.Request):  # the visitor closed the page: stop their work
         requests.leave(request.session_hash)
-        streamed.take(request.session_hash)
+        streamed.forget(request.session_hash)
 
     class Demo(gr.Blocks):
         def launch(self, *args, **kwargs):
@@ -353,14 +353,14 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
                         label="Bundled sample (Asterisk prompt, CC BY-SA 3.0)")
         live = gr.State(None)
         settings = [model, draft, lookahead, compute_type, language, task]
-        live_outputs = [live, live_tokens, live_text, live_table]
-        live_audio.start_recording(lambda: (None, "", "", ""), None, live_outputs, queue=False)
+        shown = [live, live_tokens, live_text, live_table]
+        live_audio.start_recording(lambda: (None, "", "", ""), None, shown, queue=False)
         # A recording is one long event: it gets a queue of its own (one at a time), so it never
         # holds the file queue; it lasts at most as long as one request may compute.
-        live_audio.stream(listen, [live_audio, live, *settings], live_outputs, stream_every=0.5,
+        live_audio.stream(listen, [live_audio, live, *settings], shown, stream_every=0.5,
                           time_limit=None if max_request_seconds is None else math.ceil(max_request_seconds),
                           concurrency_limit=1, concurrency_id="live")
-        live_audio.stop_recording(stop_listening, [live], live_outputs, concurrency_id="live")
+        live_audio.stop_recording(stop_listening, [live], shown, concurrency_id="live")
         demo.unload(leave)
     # one file at a time: a decode already uses both cores of this machine
     return demo.queue(default_concurrency_limit=1, max_size=64)

@@ -5,7 +5,9 @@ stream); `StreamedChunks` keeps every one of them, `stream_chunk` reads one, and
 adds them to a `whisperspec.live.LiveTranscript`, read again in the background as it grows.
 """
 
+import itertools
 import json
+import math
 import re
 import struct
 import time
@@ -21,26 +23,39 @@ from whisperspec.options import language_code
 
 
 class StreamedChunks:
-    """Every chunk of every live recording, by visitor session, in the order the browser posted them.
+    """Every chunk of every live recording, by visitor session, in the order it was recorded.
 
-    Gradio gives a stream's handler only the newest chunk that reached the server while the previous
-    one was handled (one slot per stream), and the browser sends one every 0.1 s: a server busy for a
-    moment loses audio, and a transcript read from what is left is garbled. `tap` is an ASGI
-    middleware that notes each chunk as its post (`POST .../stream/{event_id}`) passes; the handler
-    then `take`s them all. A chunk is the path of a file the browser uploaded first; the handler
-    reads only paths Gradio's upload route wrote (`Blocks.upload_file_set`)."""
+    The browser uploads each chunk (`POST .../upload`), then posts its path to the stream
+    (`POST .../stream/{event_id}`), one every 0.1 s, and Gradio's stream handling loses and reorders
+    them: it gives the handler only the newest chunk that reached a busy server (one slot per
+    stream), and uploads that finish out of order are posted out of order. `tap` is an ASGI
+    middleware that numbers the uploads as they arrive (the order the browser recorded them) and
+    notes each chunk as its post passes; the handler `take`s them in upload order, after waiting
+    `reorder_seconds` for a late one. A chunk is the path of a file Gradio's upload route wrote
+    (what its responses name): nothing else is read. Byte-identical chunks (digital silence) share
+    a path, so a run of them counts once."""
 
-    POST = re.compile(r"/stream/[^/]+/?$")
+    STREAM = re.compile(r"/stream/[^/]+/?$")
+    UPLOAD = re.compile(r"/upload/?$")
+    MAX_UNPOSTED = 4096  # uploads remembered until their chunk is posted
 
-    def __init__(self):
-        self._paths: defaultdict[str, list[str]] = defaultdict(list)
+    def __init__(self, reorder_seconds: float = 0.5):
+        self.reorder_seconds = reorder_seconds
         self.tapped = False  # the middleware is installed (else only Gradio's newest chunk is known)
+        self._uploads = itertools.count()
+        self._numbers: dict[str, int] = {}  # uploaded path -> number of its upload
+        self._posted: defaultdict[str, dict[int, tuple[float, str]]] = defaultdict(dict)  # session -> number -> (when, path)
+        self._taken: dict[str, int] = {}  # session -> number of the last chunk taken
 
     def tap(self, app):
         self.tapped = True
 
         async def middleware(scope, receive, send):
-            if scope["type"] != "http" or scope["method"] != "POST" or not self.POST.search(scope["path"]):
+            if scope["type"] != "http" or scope["method"] != "POST":
+                return await app(scope, receive, send)
+            if self.UPLOAD.search(scope["path"]):
+                return await self._upload(app, scope, receive, send)
+            if not self.STREAM.search(scope["path"]):
                 return await app(scope, receive, send)
             messages = [await receive()]
             while messages[-1]["type"] == "http.request" and messages[-1].get("more_body"):
@@ -54,20 +69,55 @@ class StreamedChunks:
 
         return middleware
 
+    async def _upload(self, app, scope, receive, send) -> None:
+        number, body = next(self._uploads), []
+
+        async def keep(message):
+            if message["type"] == "http.response.body":
+                body.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    self._number(b"".join(body), number)  # before the browser can post the path
+            await send(message)
+
+        await app(scope, receive, keep)
+
+    def _number(self, response: bytes, number: int) -> None:
+        try:
+            paths = json.loads(response)
+        except ValueError:
+            return  # an error page: nothing was stored
+        for path in paths if isinstance(paths, list) else ():
+            if isinstance(path, str):
+                self._numbers[path] = number
+        while len(self._numbers) > self.MAX_UNPOSTED:  # uploads never streamed (the File tab's)
+            del self._numbers[next(iter(self._numbers))]
+
     def _note(self, body: bytes) -> None:
         try:
             post = json.loads(body)
-            session, chunk = post.get("session_hash"), post["data"][0]
+            session, path = post.get("session_hash"), post["data"][0]["path"]
         except (ValueError, TypeError, KeyError, IndexError, AttributeError):
             return  # not a chunk: Gradio answers it
-        if isinstance(session, str) and isinstance(chunk, dict) and isinstance(chunk.get("path"), str):
-            paths = self._paths[session]
-            if not paths or paths[-1] != chunk["path"]:  # a browser may post the same upload twice
-                paths.append(chunk["path"])
+        number = self._numbers.pop(path, None) if isinstance(path, str) else None
+        if isinstance(session, str) and number is not None and number > self._taken.get(session, -1):
+            self._posted[session][number] = (time.monotonic(), path)  # posted twice: noted once
 
-    def take(self, session: str | None) -> list[str]:
-        """The chunks of `session` posted since the last take."""
-        return self._paths.pop(session, [])
+    def take(self, session: str | None, wait: bool = True) -> list[str]:
+        """The chunks of `session` posted since the last take, in recording order; without `wait`,
+        also those that might still be overtaken by a late one (the recording has stopped)."""
+        posted = self._posted.get(session, {})
+        fresh = time.monotonic() - self.reorder_seconds if wait else math.inf
+        taken = []
+        for number in sorted(posted):
+            if posted[number][0] > fresh:
+                break
+            taken.append(posted.pop(number)[1])
+            self._taken[session] = number
+        return taken
+
+    def forget(self, session: str | None) -> None:
+        self._posted.pop(session, None)
+        self._taken.pop(session, None)
 
 
 WAV_SAMPLES = {(1, 16): "<i2", (1, 32): "<i4", (3, 32): "<f4"}  # (format, bits): what the browser may record

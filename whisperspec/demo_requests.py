@@ -83,5 +83,11 @@ class ActiveRequests:
             guard.cancel()
 
     def running(self) -> int:
+        """Requests started and not yet ended (loading their audio or model, or decoding)."""
         with self._lock:
             return sum(len(guards) for guards in self._sessions.values())
+
+    def decoding(self) -> int:
+        """Requests whose decoder rounds have begun."""
+        with self._lock:
+            return sum(guard.deadline is not None for guards in self._sessions.values() for guard in guards)
