@@ -138,3 +138,14 @@ def test_a_recording_streamed_in_browser_sized_chunks_reads_like_the_clips():
     assert offsets[-1] > 4 and longest_buffer < 0.7 * len(audio)  # cut once the first prompt was confirmed
     assert 0 < sum(t.from_draft for t in live.committed) < len(live.committed)
     assert score([" ".join(references[c] for c in clips)], [text]).wer <= 0.15, text
+
+
+def test_a_reading_reads_at_most_one_window_and_finishing_reads_the_rest():
+    transcriber = ScriptedTranscriber([[([" The"], 20.0)], [([" number"], 10.0)], [([" you"], 5.0)]])
+    live = LiveTranscript()
+    live.add(np.full(70 * SAMPLE_RATE, 0.1, np.float32), SAMPLE_RATE)  # a reading fell far behind
+    live.step(transcriber)
+    assert transcriber.calls[0][0] == 30 * SAMPLE_RATE and live.offset == 30.0  # read 30 s, cut at 30 s
+    live.finish(transcriber)
+    assert [n for n, _ in transcriber.calls] == [30 * SAMPLE_RATE, 30 * SAMPLE_RATE, 10 * SAMPLE_RATE]
+    assert texts(live, transcriber) == ("The number you", "") and live.seconds == 70.0 and not len(live.buffer)

@@ -359,7 +359,7 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
         # holds the file queue; it lasts at most as long as one request may compute.
         live_audio.stream(listen, [live_audio, live, *settings], shown, stream_every=0.5,
                           time_limit=None if max_request_seconds is None else math.ceil(max_request_seconds),
-                          concurrency_limit=1, concurrency_id="live")
+                          concurrency_limit=1, concurrency_id="live", show_progress="hidden")
         live_audio.stop_recording(stop_listening, [live], shown, concurrency_id="live")
         demo.unload(leave)
     # one file at a time: a decode already uses both cores of this machine

@@ -6,8 +6,8 @@ policy decides what is final. It is local agreement (LocalAgreement-2 of MachÃ¡Ä
 whisper_streaming): tokens are confirmed when two consecutive readings of the buffer agree on them,
 up to a word's end. Once every token of a segment is confirmed and the reading goes on past it, the
 buffer is cut at that segment's end, so it stays short (each reading re-decodes the whole buffer);
-it never grows past one 30-s window: then the latest reading is taken as it stands, up to its last
-segment end.
+once it reaches one 30-s window, the latest reading is taken as it stands, up to its last segment
+end (a reading reads at most that window, so one that falls behind stays one window long).
 
 Each step is an ordinary `Transcriber.transcribe` call, with its drafter, so every token still says
 whether the draft proposed it (`from_draft`). Audio may keep arriving (`add`, from another thread)
@@ -71,8 +71,9 @@ class LiveTranscript:
         """Read the buffer again and move what two readings agree on from tentative to confirmed.
         options: passed to `transcribe` (task, interrupt)."""
         runtime = transcriber.runtime
-        with self.lock:
-            audio, context = self.buffer, [t.id for t in self.committed[-MAX_PROMPT_TOKENS:]]
+        with self.lock:  # at most one window: a reading that fell behind stays one window long
+            audio = self.buffer[:int(MAX_BUFFER_SECONDS * SAMPLE_RATE)]
+            context = [t.id for t in self.committed[-MAX_PROMPT_TOKENS:]]
         prompt = runtime.decode_text(context).strip()
         reading = transcriber.transcribe(audio, timestamps=True, initial_prompt=prompt or None,
                                          language=self.language, **options)
@@ -80,13 +81,18 @@ class LiveTranscript:
             self._agree(runtime, reading, len(audio))
 
     def finish(self, transcriber, **options) -> None:
-        """The recording stopped: read what is left and confirm the latest reading as it stands."""
-        if len(self.buffer) > self.read:
-            self.step(transcriber, **options)
-        with self.lock:
-            self.committed += self.agreed + self.tentative
-            self.agreed, self.tentative, self.previous = [], [], []
-            self.offset, self.buffer, self.read = self.seconds, self.buffer[:0], 0
+        """The recording stopped: read what is left (a window at a time) and confirm each reading
+        as it stands."""
+        while True:
+            if len(self.buffer) > self.read:
+                self.step(transcriber, **options)
+            with self.lock:
+                self.committed += self.agreed + self.tentative
+                self.agreed, self.tentative, self.previous = [], [], []
+                read = self.read
+                self.buffer, self.offset, self.read = self.buffer[read:], self.offset + read / SAMPLE_RATE, 0
+                if not len(self.buffer):
+                    return
 
     def tokens(self) -> tuple[list[Token], list[Token]]:
         """(confirmed, tentative), as of the latest reading."""
