@@ -177,23 +177,26 @@ def test_an_interrupted_decode_stops_within_a_round_and_the_transcriber_is_reuse
         assert len(checks) == again.stats["speculation"]["rounds"] == expected.stats["speculation"]["rounds"]
 
 
-def test_a_streamed_chunk_is_read_to_the_end_of_the_file_whatever_its_header_says(tmp_path):
-    """The browser reuses its first chunk's WAV header: the length it declares is not the chunk's."""
+def test_a_live_chunk_is_read_whole_and_a_bad_one_is_reported_without_its_server_path(tmp_path):
+    """The browser's recorder writes a WAV header that declares no real length (it streams)."""
     import struct
 
     import numpy as np
 
-    from whisperspec.demo_live import stream_chunk
+    from whisperspec.demo_live import LiveSession
+    from whisperspec.spec import DraftSpec
 
-    samples = (np.arange(9600) % 200 - 100).astype("<i2")
-    header = (b"RIFF" + struct.pack("<I", 36 + 9600) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 48000, 96000, 2, 16)
-              + b"data" + struct.pack("<I", 9600))  # says 4800 frames
+    samples = (np.sin(np.arange(4800) / 10) * 10000).astype("<i2")  # 0.1 s at 48 kHz
+    header = (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 48000, 96000, 2, 16)
+              + b"data" + struct.pack("<I", 0xFFFFFFD3))
     (tmp_path / "chunk.wav").write_bytes(header + samples.tobytes())
-    rate, read = stream_chunk(tmp_path / "chunk.wav")
-    assert rate == 48000 and read.shape == (9600, 1) and (read[:, 0] == samples).all()
+    live = LiveSession(("tiny.en", DraftSpec("none"), "float32"), "English", "transcribe")
+    live.add(str(tmp_path / "chunk.wav"))
+    assert len(live.transcript.buffer) == 1600 and live.transcript.language == "en"
     (tmp_path / "text.wav").write_text("not a recording" * 10)
-    with pytest.raises(ValueError, match="not a WAV"):
-        stream_chunk(tmp_path / "text.wav")
+    with pytest.raises(ValueError, match="the recording") as error:
+        live.add(str(tmp_path / "text.wav"))
+    assert str(tmp_path) not in str(error.value)
 
 
 def test_streamed_chunks_are_taken_in_upload_order_once_each_and_passed_on_to_gradio():

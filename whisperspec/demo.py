@@ -9,12 +9,13 @@ for at most --max-request-seconds (then it stops and the visitor is told why): t
 request is bounded by what the operator allows, whatever the upload claims. A request whose visitor
 leaves (closes the page, or cancels through the API) stops at its next decoder round.
 
-Files are transcribed one request at a time; the live microphone (the "Live" tab) has a queue of
-its own, one recording at a time, so a long recording never holds the file queue and a long file
-never holds a recording.
+Files are transcribed one request at a time; the live microphone (its own tab) has a queue of its
+own, one recording at a time, so a long recording never holds the file queue and a long file never
+holds a recording. docs/DEMO.md says more.
 """
 
-
+# No `from __future__ import annotations` here: Gradio finds the `gr.Request` a handler wants by the
+# annotation's object, and string annotations naming a local import do not resolve.
 import argparse
 import asyncio
 import html
@@ -305,16 +306,17 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
 
     class Demo(gr.Blocks):
         def launch(self, *args, **kwargs):
-            """Gradio's launch, with the middleware that keeps every streamed chunk."""
+            """Gradio's launch, with the page's style and the middleware that keeps every streamed chunk."""
             from starlette.middleware import Middleware
 
+            kwargs.setdefault("css", CSS)
             app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
             app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(streamed.tap)]
             return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 
     # Uploads live in Gradio's temporary folder (one copy per distinct file, shared by requests that
     # upload the same bytes); delete_cache removes them, and the result files, after an hour.
-    with Demo(title="whisperspec", css=CSS, delete_cache=(600, 3600)) as demo:
+    with Demo(title="whisperspec", delete_cache=(600, 3600)) as demo:
         gr.Markdown("# whisperspec\nWhisper on the CPU with lossless speculative decoding: a cheap draft "
                     "proposes tokens, the main model checks them in one pass and keeps exactly its own output.")
         with gr.Row():

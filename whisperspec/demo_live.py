@@ -1,23 +1,19 @@
 """The demo's live microphone: Gradio's streamed chunks, and one visitor's recording.
 
 The browser records and sends a chunk every 0.1 s (a WAV file it uploads, then posts to the
-stream); `StreamedChunks` keeps every one of them, `stream_chunk` reads one, and `LiveSession`
-adds them to a `whisperspec.live.LiveTranscript`, read again in the background as it grows.
+stream); `StreamedChunks` keeps every one of them, in order, and `LiveSession` adds them to a
+`whisperspec.live.LiveTranscript`, read again in the background as it grows.
 """
 
 import itertools
 import json
 import math
 import re
-import struct
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
-from whisperspec.audio import AudioError
+from whisperspec.audio import SAMPLE_RATE, AudioError, load_audio
 from whisperspec.live import LiveTranscript
 from whisperspec.options import language_code
 
@@ -120,27 +116,6 @@ class StreamedChunks:
         self._taken.pop(session, None)
 
 
-WAV_SAMPLES = {(1, 16): "<i2", (1, 32): "<i4", (3, 32): "<f4"}  # (format, bits): what the browser may record
-
-
-def stream_chunk(path) -> tuple[int, np.ndarray]:
-    """(rate, samples [frames, channels]) of one chunk of a streamed recording: the browser sends
-    the 44-byte WAV header of its first chunk, then every sample recorded since the previous chunk.
-    The header's length is the first chunk's, so the samples are read to the end of the file (Gradio's
-    own reader stops at that length and drops what the browser recorded while a chunk was handled)."""
-    data = Path(path).read_bytes()
-    if len(data) < 44 or data[:4] != b"RIFF" or data[8:12] != b"WAVE" or data[36:40] != b"data":
-        raise ValueError("the browser sent a recording that is not a WAV file")
-    audio_format, channels, rate = struct.unpack_from("<HHI", data, 20)
-    bits = struct.unpack_from("<H", data, 34)[0]
-    dtype = WAV_SAMPLES.get((audio_format, bits))
-    if dtype is None or not channels:
-        raise ValueError(f"the browser sent {bits}-bit samples in WAV format {audio_format}: not supported")
-    frame = channels * bits // 8
-    frames = (len(data) - 44) // frame
-    return rate, np.frombuffer(data, dtype, frames * channels, offset=44).reshape(frames, channels)
-
-
 class LiveSession:
     """One visitor's live recording. Chunks are added as they arrive and the buffer is read again in
     the background, one reading at a time: a reading takes longer than the 0.1 s between two chunks,
@@ -156,13 +131,13 @@ class LiveSession:
         self.started = self.ended = None  # when the first chunk arrived, when the recording stopped (monotonic)
 
     def add(self, chunk_path: str) -> None:
-        """A chunk as Gradio streams it (a file: `stream_chunk`)."""
+        """A chunk as the browser streams it: a WAV file (its header declares no real length)."""
         if self.started is None:
             self.started = time.monotonic()
         try:
-            self.transcript.add(*reversed(stream_chunk(chunk_path)))
-        except AudioError as error:
-            raise ValueError(str(error)) from error
+            self.transcript.add(load_audio(chunk_path), SAMPLE_RATE)
+        except AudioError as error:  # the page never shows a server path
+            raise ValueError(str(error).replace(str(chunk_path), "the recording")) from error
 
     @property
     def missing_seconds(self) -> float:
