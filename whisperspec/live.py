@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from whisperspec import defaults
-from whisperspec.audio import SAMPLE_RATE, load_audio
+from whisperspec.audio import N_SAMPLES, SAMPLE_RATE, load_audio
 from whisperspec.whisper.decode import MAX_PROMPT_TOKENS
 
-MAX_BUFFER_SECONDS = 30.0  # one Whisper window
+MAX_BUFFER_SECONDS = N_SAMPLES / SAMPLE_RATE  # one Whisper window
 
 
 @dataclass
