@@ -76,11 +76,12 @@ def test_italian_asterisk_transcript_is_repaired(tmp_path, monkeypatch):
     with gzip.open(str(transcript).format(lang="it"), "wt", encoding="utf-8") as out:
         out.write("; Core Asterisk Sounds in Italian\nbeep: un suono beep\nascending-2tone: [toni ascendenti]\n"
                   "at-tone-time-exactly: Al segnale acustico, il tempo sar? esattamente..\n"
-                  "vm-changeto: Cambia verso quale cartella?\n")
+                  "vm-changeto: Cambia verso quale cartella?\n"
+                  "spy-h323: H.323 (in inglese)\nsilence/3: (3 secondi di silenzio)\n")
     monkeypatch.setattr(asterisk, "TRANSCRIPTS", str(transcript))
     assert asterisk.read_transcripts("it") == {
         "at-tone-time-exactly": "Al segnale acustico, il tempo sarà esattamente..",
-        "vm-changeto": "Cambia verso quale cartella?"}
+        "vm-changeto": "Cambia verso quale cartella?", "spy-h323": "H.323"}
 
 
 def test_community_prompts_are_unlabelled_and_skip_tones(tmp_path, monkeypatch, cache):

@@ -24,9 +24,9 @@ TRANSCRIPTS = "/usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt
 # The Italian transcript lost its accented final vowels to "?"; these are the words it has.
 ITALIAN_ACCENTS = {"sar?": "sarà", "pu?": "può", "cos?": "così", "pi?": "più"}
 # Prompts that are tones or sound effects, left out where a transcript describes them in words
-# ("un suono beep", "<beep ascending>"). The en and es sets keep the two <beep> prompts they have
-# always had: asterisk-en-distill is the split after its long-form files, and shipped drafts were
-# trained on it, so the sets must not move.
+# ("un suono beep"); the it and ru transcripts' remarks in parentheses are dropped too. The en and
+# es sets keep what they have always had (two <beep> prompts among them): asterisk-en-distill is
+# the split after its long-form files, and shipped drafts were trained on it, so they must not move.
 NOT_SPEECH = {"ascending-2tone", "descending-2tone", "beep", "beeperr", "tt-monkeys", "confbridge-join",
               "confbridge-leave"}
 AS_ALWAYS = ("en", "es")
@@ -61,6 +61,8 @@ def read_transcripts(language: str) -> dict[str, str]:
         name, _, text = line.partition(":")
         if language == "it":
             text = re.sub(r"\w+\?", lambda word: ITALIAN_ACCENTS.get(word[0], word[0]), text)
+        if language not in AS_ALWAYS:  # remarks: "(in inglese)", "(5 secondi di silenzio)", "<beep ascending>"
+            text = re.sub(r"\([^)]*\)|<[^>]*>", " ", text)
         reference = reference_text(text)
         if reference and (language in AS_ALWAYS or name.strip() not in NOT_SPEECH):
             entries[name.strip()] = reference
