@@ -92,8 +92,26 @@ def test_community_prompts_are_unlabelled_and_skip_tones(tmp_path, monkeypatch, 
     assert [(u.id, u.text, u.language) for u in prompts] == [("digits/1", "", "fr"), ("vm-goodbye", "", "fr")]
 
 
+def test_ami_excerpts_split_as_the_archive_does(tmp_path, cache):
+    import tarfile
+
+    from whisperspec.evaluation import samples
+
+    tone = 0.3 * np.sin(np.arange(8000) / 16000 * 2 * np.pi * 440)
+    folder = tmp_path / "pyannote_audio-4.0.7" / "tests" / "data"
+    folder.mkdir(parents=True)
+    for name in ("trn01", "tst00", "dev00", "empty"):
+        sf.write(folder / f"{name}.wav", tone, 16000)
+    (cache / "downloads").mkdir(parents=True)
+    with tarfile.open(cache / "downloads" / samples.PYANNOTE_SDIST, "w:gz") as tar:
+        tar.add(tmp_path / "pyannote_audio-4.0.7", arcname="pyannote_audio-4.0.7")
+    assert [u.id for u in load_dataset("ami-en")] == ["dev00", "tst00"]
+    assert [(u.id, u.text) for u in load_dataset("ami-en-train")] == [("trn01", "")]
+
+
 def test_measure_only_sets_are_refused_for_training(capsys):
-    assert {"codec2-en", "asterisk-it", "tuxpaint-fr", "tuxpaint-es-long"} <= MEASURE_ONLY <= set(BUILT_IN)
+    assert {"codec2-en", "ami-en", "asterisk-it", "tuxpaint-fr", "tuxpaint-es-long"} <= MEASURE_ONLY <= set(BUILT_IN)
+    assert "ami-en-train" not in MEASURE_ONLY and "asterisk-ru" not in MEASURE_ONLY
     with pytest.raises(ValueError, match="measuring only"):
         check_trainable("tuxpaint-fr")
     check_trainable("asterisk-ru")

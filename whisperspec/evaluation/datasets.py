@@ -27,13 +27,14 @@ BUILT_IN = {
     **{f"tuxpaint-{lang}": (lambda lang=lang: tuxpaint.descriptions(lang)) for lang in tuxpaint.LANGUAGES},
     **{f"tuxpaint-{lang}-long": (lambda lang=lang: tuxpaint.long_form(lang)) for lang in tuxpaint.LANGUAGES},
     "codec2-en": samples.codec2_speech,
-    "ami-en": samples.ami_excerpts,
+    "ami-en": lambda: samples.ami_excerpts("test"),
+    "ami-en-train": lambda: samples.ami_excerpts("train"),
 }
 # Sources no draft is trained or tuned on, so that speed and acceptance measured on them say how a
 # draft does on speech it never met: an English and several non-English speakers and channels.
 # `whisperspec distill --audio` refuses them. (asterisk-it-menardi: the Italian prompt texts of
 # asterisk-it, read by another speaker.)
-MEASURE_ONLY = frozenset({"codec2-en", "asterisk-it", "asterisk-it-long", "asterisk-it-menardi",
+MEASURE_ONLY = frozenset({"codec2-en", "ami-en", "asterisk-it", "asterisk-it-long", "asterisk-it-menardi",
                           *(name for name in BUILT_IN if name.startswith("tuxpaint-"))})
 
 
