@@ -177,3 +177,17 @@ def test_odd_but_valid_inputs_and_silence(base, tmp_path):
     assert (silent.text, silent.segments, silent.duration) == ("", [], 5.0)
     with pytest.raises(AudioError, match="audio array"):
         base.transcribe(np.full(16000, np.nan, dtype=np.float32))
+
+
+def test_a_transcription_from_the_command_line_path_imports_no_transformers_librosa_or_pyav():
+    """Start-up (issue 26): what the CLI runs for a 16-kHz FLAC, in a new process, reads the model
+    and the audio without the libraries that would cost it seconds of imports."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom whisperspec.transcribe import Transcriber\n"
+            f"result = Transcriber().transcribe({str(ROOT / 'data' / 'sample.flac')!r})\n"
+            "assert 'representative' in result.text, result.text\n"
+            "print(sorted(m for m in ('transformers', 'librosa', 'av') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -223,7 +223,7 @@ def _stft_window_and_mel_filters(n_mels: int) -> tuple[torch.Tensor, torch.Tenso
     # Slaney-style mel scale and area normalisation, as openai-whisper's mel_filters.npz (librosa's
     # defaults): transformers' WhisperFeatureExtractor filter bank, saved as package data like
     # openai-whisper's (computing it would cost a first file the import of librosa or transformers;
-    # tests/test_audio.py checks the file against transformers' function).
+    # tests/test_audio.py checks the features against transformers' extractor, value for value).
     from whisperspec.resources import asset
 
     with np.load(asset("mel_filters.npz")) as filters:
