@@ -103,14 +103,7 @@ def test_greedy_tokens_match_faster_whisper_on_real_speech():
 
 def test_from_pretrained_dirs_load_like_embedded(tmp_path):
     """The hub-id / local-dir path: a random model saved with a real tokenizer."""
-    base = load_whisper("tiny.en", transformers=True)
-    config = WhisperConfig(vocab_size=51864, d_model=64, encoder_layers=2, decoder_layers=2,
-                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
-                           decoder_ffn_dim=128, decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256)
-    WhisperForConditionalGeneration(config).save_pretrained(tmp_path)
-    base.tokenizer.save_pretrained(tmp_path)
-    base.feature_extractor.save_pretrained(tmp_path)
-    base.generation_config.save_pretrained(tmp_path)
+    _tiny_checkpoint(tmp_path)
     loaded = load_whisper(str(tmp_path))
     assert ct2_conversion(str(tmp_path)) is None and loaded.path == tmp_path
     assert loaded.model.config.decoder_layers == 2 and len(loaded.tokenizer) == 51864
@@ -228,3 +221,52 @@ def test_our_reading_of_a_folder_is_transformers_own(name):
             theirs.tokenizer.encode(text, add_special_tokens=False)
     every = list(range(len(ours.tokenizer)))
     assert ours.tokenizer.convert_ids_to_tokens(every) == theirs.tokenizer.convert_ids_to_tokens(every)
+
+
+def _tiny_checkpoint(folder: Path) -> None:
+    """A random 2-layer Whisper saved by transformers with tiny.en's real tokenizer and configs."""
+    base = load_whisper("tiny.en", transformers=True)
+    config = WhisperConfig(vocab_size=51864, d_model=64, encoder_layers=2, decoder_layers=2,
+                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                           decoder_ffn_dim=128, decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256)
+    WhisperForConditionalGeneration(config).save_pretrained(folder)
+    base.tokenizer.save_pretrained(folder)
+    base.feature_extractor.save_pretrained(folder)
+    base.generation_config.save_pretrained(folder)
+
+
+def test_a_hub_id_loads_from_the_local_hugging_face_cache_without_the_network(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    import socket
+
+    snapshot = tmp_path / "hub" / "models--someone--tiny-whisper" / "snapshots" / "0123abcd"
+    _tiny_checkpoint(snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("went to the network"))
+    loaded = load_whisper("someone/tiny-whisper")
+    assert loaded.path == snapshot and loaded.model.config.decoder_layers == 2
+
+
+def test_a_hub_id_offline_fails_at_once_with_a_clear_error(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    import socket
+    import time
+
+    from whisperspec.transcribe import Transcriber
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+
+    def unreachable(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    started = time.perf_counter()
+    with pytest.raises(OSError, match="openai/whisper-tiny is not in the local Hugging Face cache, and "
+                                      "huggingface.co cannot be reached"):
+        Transcriber("openai/whisper-tiny")
+    assert time.perf_counter() - started < 5  # no retries
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(OSError, match="HF_HUB_OFFLINE is set"):
+        load_whisper("openai/whisper-small")

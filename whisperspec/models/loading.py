@@ -32,7 +32,7 @@ class WhisperBundle:
     feature_extractor: object | None  # transformers' (with transformers=True)
     generation_config: object
     name: str  # what the user asked for
-    path: Path | None  # the transformers folder it came from (None for a hub id or an uncached conversion)
+    path: Path | None  # the transformers folder it came from (a hub id's snapshot; None for an uncached conversion)
 
 
 _loaded: dict[tuple[str, torch.dtype, bool], WhisperBundle] = {}
@@ -76,14 +76,44 @@ def _load(name_or_path: str, dtype: torch.dtype, transformers: bool) -> WhisperB
     conversion = ct2_conversion(name_or_path)
     if conversion is None:  # a transformers folder or a hub id
         path = Path(name_or_path).expanduser()
-        path = path if path.is_dir() else None
-        model, tokenizer, feature_extractor = (load(path, dtype) if path else _from_pretrained(name_or_path, dtype))
+        path = path if path.is_dir() else hub_snapshot(name_or_path)
+        model, tokenizer, feature_extractor = load(path, dtype)
     else:
         target, convert = conversion
         model, tokenizer, feature_extractor = load_converted(target, convert, lambda folder: load(folder, dtype))
         path = target if is_converted(target) else None
     model = model.to(dtype).eval()
     return WhisperBundle(model, tokenizer, feature_extractor, model.generation_config, name_or_path, path)
+
+
+# what a Whisper checkpoint on the hub needs (its other formats, flax/tf/pytorch_model.bin, are skipped)
+HUB_FILES = ["*.json", "*.txt", "*.safetensors"]
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """A hub model's folder: from the local Hugging Face cache when it is there (no network at all),
+    else downloaded, after a one-second check that the hub can be reached at all: an offline
+    machine gets a clear error at once, not after transformers' retries. HF_HUB_OFFLINE is honoured."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES, local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass
+    if constants.HF_HUB_OFFLINE:
+        raise OSError(f"{repo_id} is not in the local Hugging Face cache, and HF_HUB_OFFLINE is set")
+    host = urlparse(constants.ENDPOINT).hostname
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+    except OSError as error:
+        raise OSError(f"{repo_id} is not in the local Hugging Face cache, and {host} cannot be reached "
+                      f"({error.strerror or error}): download it where there is a network, or pass a local "
+                      "folder") from None
+    return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
 
 
 def _read_folder(folder: Path, dtype: torch.dtype) -> tuple:
