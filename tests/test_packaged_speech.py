@@ -122,6 +122,14 @@ def test_measure_only_sets_are_refused_for_training(capsys):
     assert "codec2-en is kept for measuring only" in capsys.readouterr().err
 
 
+def test_evaluate_names_the_install_command_when_a_package_is_missing(tmp_path, monkeypatch, cache, capsys):
+    from whisperspec.evaluation.runner import main
+
+    monkeypatch.setattr(packaged, "DPKG_INFO", tmp_path)  # nothing installed
+    assert main(["--dataset", "codec2-en", "--systems", "whisperspec", "--out", str(tmp_path / "out")]) == 2
+    assert "sudo apt-get install codec2-examples" in capsys.readouterr().err
+
+
 def test_a_set_without_references_reports_no_wer():
     utterances = [Utterance("a", "a.wav", "", "en", 2.0)]
     summary = summarize(utterances, {"whisperspec": [Output("anything said", 1.0, 4)]}, {})

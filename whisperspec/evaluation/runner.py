@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as error:
         print(f"whisperspec evaluate: --systems: {error}", file=sys.stderr)
         return 2
-    utterances = load_dataset(args.dataset, limit=args.limit)
+    try:
+        utterances = load_dataset(args.dataset, limit=args.limit)
+    except (ValueError, FileNotFoundError) as error:  # an unknown name, a package not installed
+        print(f"whisperspec evaluate: --dataset: {error}", file=sys.stderr)
+        return 2
     systems = {spec: build_system(spec, args.model) for spec in args.systems}
     try:
         outputs = evaluate(utterances, systems, args.repeats, progress=not args.quiet)
