@@ -39,6 +39,8 @@ def summarize(utterances, outputs: dict[str, list], peak_rss_mb: dict[str, float
             "tokens_per_second": sum(o.tokens for o in outs) / max(float(seconds.sum()), 1e-9),
             "acceptance_rate": accepted / proposed if proposed else None,
             "mean_accepted_length": emitted / rounds if rounds and proposed else None,
+            # the decode phase alone (ours: the encoder and the features excluded)
+            "decode_seconds": sum(s["decoder_ms"] for s in spec) / 1e3 if any("decoder_ms" in s for s in spec) else None,
             "peak_rss_mb": peak_rss_mb.get(name),
             "per_utterance_wer": scores.per_utterance_wer,
         }
@@ -57,13 +59,14 @@ def speedups(baseline: list, system: list) -> dict:
 
 
 def markdown_table(summary: dict, baselines: list[str]) -> str:
-    head = ["system", "WER %", "CER %", "p50 s", "p90 s", "RTF", "tokens/s", "acceptance", "tokens/pass",
+    head = ["system", "WER %", "CER %", "p50 s", "p90 s", "RTF", "tokens/s", "decode s", "acceptance", "tokens/pass",
             *[f"speed-up vs {b}" for b in baselines], "differs from greedy"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in summary.items():
         row = [name, *(_maybe(None if m[k] is None else 100 * m[k], "{:.2f}") for k in ("wer", "cer")),
                f"{m['latency_p50']:.3f}",
                f"{m['latency_p90']:.3f}", f"{m['rtf']:.3f}", f"{m['tokens_per_second']:.1f}",
+               _maybe(m.get("decode_seconds"), "{:.2f}"),
                _maybe(m["acceptance_rate"], "{:.1%}"), _maybe(m["mean_accepted_length"], "{:.2f}"),
                *[("1.00x" if b == name else f"{m['speedup'][b]['total']:.2f}x") if b in summary else "-"
                  for b in baselines],
