@@ -14,14 +14,12 @@ from pathlib import Path, PurePath
 import numpy as np
 import pytest
 import soundfile as sf
-import torch
 
 from test_speculative import DRAFTERS, build_drafter
 from tiny_models import random_mel, tiny_runtime
 from whisperspec.corpus.inputs import InputError, Source, expand_inputs
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
-from whisperspec.whisper.model import EncodedWindow
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIPS = Path(__file__).parent / "data"
@@ -47,7 +45,7 @@ def test_folders_globs_and_manifests_expand_to_files_named_after_their_place(tmp
     (tmp_path / "lists/set.jsonl").write_text(
         json.dumps({"audio": "x/one.wav", "language": "es"}) + "\n\n"
         + json.dumps({"audio": "../calls/c.mp3", "id": "call-c"}) + "\n")
-    (tmp_path / "lists/set.csv").write_text("Audio,language\nx/one.wav,fr\n")
+    (tmp_path / "lists/set.csv").write_text("Audio,language\nx/one.wav,French\n")
     (tmp_path / "lists/set.txt").write_text("# a comment\nx/one.wav\n\n")
     jsonl = expand_inputs(["lists/set.jsonl"])
     assert [(s.audio, str(s.name), s.language, s.id) for s in jsonl] == [
@@ -75,13 +73,14 @@ def test_names_never_clash(tmp_path):
 @pytest.mark.parametrize("bad, message", [
     ("empty-folder", "no audio files"), ("nothing-*.wav", "no file matches"),
     ("bad.jsonl", "cannot be read as a manifest"), ("no-audio.jsonl", "needs an 'audio' path"),
-    ("escape.jsonl", "must be a relative name"),
+    ("escape.jsonl", "must be a relative name"), ("klingon.csv", "klingon.csv:2: language 'tlh'"),
 ])
 def test_inputs_that_name_no_audio_are_one_line_errors(tmp_path, bad, message):
     (tmp_path / "empty-folder").mkdir()
     (tmp_path / "bad.jsonl").write_text("{not json\n")
     (tmp_path / "no-audio.jsonl").write_text('{"language": "en"}\n')
     (tmp_path / "escape.jsonl").write_text('{"audio": "a.wav", "id": "../../etc/x"}\n')
+    (tmp_path / "klingon.csv").write_text("audio,language\na.wav,tlh\n")
     with pytest.raises(InputError, match=message):
         expand_inputs([str(tmp_path / bad)])
 
@@ -124,7 +123,7 @@ def multilingual_drafter(name: str, runtime, seed: int):
 def tiny_transcriber(seed: int, draft: str = "none", **options):
     """A Transcriber around a tiny random multilingual model (float64: exact comparisons)."""
     from whisperspec.transcribe import Transcriber
-    from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
+    from whisperspec.whisper.drafters import parse_draft_spec
 
     transcriber = Transcriber.__new__(Transcriber)
     transcriber.runtime = tiny_runtime(seed, vocabulary="base")
@@ -248,3 +247,21 @@ def test_ctrl_c_then_a_rerun_finishes_the_rest_and_redoes_nothing(tmp_path):
     assert f"whisperspec: {len(names) - len(done)} files ok, 0 failed" in rerun.stderr
     transcript = json.loads((out / "a/tt-weasels.json").read_text())
     assert "phone system" in transcript["text"].lower()
+
+
+def test_files_of_a_dead_ray_worker_are_handed_out_again_then_alone_then_given_up():
+    from collections import deque
+
+    from whisperspec.corpus.ray_engine import ATTEMPTS, _lost
+
+    files = [Source(f"{name}.wav", PurePath(name)) for name in "abc"]
+    waiting = deque([(files[2:], 0)])
+    with pytest.warns(UserWarning, match="handed out again"):
+        assert list(_lost(files[:2], 1, waiting, RuntimeError())) == []
+    assert list(waiting) == [(files[:2], 1), (files[2:], 0)]  # first loss: the chunk again, first
+    waiting.popleft()
+    with pytest.warns(UserWarning):
+        list(_lost(files[:2], 2, waiting, RuntimeError()))
+    assert list(waiting)[:2] == [([files[0]], 2), ([files[1]], 2)]  # second loss: file by file
+    given_up = list(_lost([files[0]], ATTEMPTS, deque(), RuntimeError()))
+    assert [(r.source, r.ok) for r in given_up] == [(files[0], False)] and "died 3 times" in given_up[0].error

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import Iterable
 
+from whisperspec import options
+
 AUDIO_EXTENSIONS = frozenset({
     ".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".m4a", ".aac", ".wma", ".webm", ".mp4", ".mka",
     ".aif", ".aiff", ".au", ".caf", ".amr", ".3gp", ".spx", ".g722",
@@ -106,8 +108,11 @@ def read_manifest(path: Path) -> list[Source]:
             name = PurePath(audio_path.resolve().relative_to(folder.resolve()).with_suffix(""))
         else:
             name = PurePath(audio_path.stem)
-        language = row.get("language") or None
-        sources.append(Source(str(audio_path), name, str(language) if language else None,
+        try:  # checked here, before any model loads
+            language = options.language_code(row.get("language") or None)
+        except ValueError as error:
+            raise InputError(f"{path}:{line}: {error}") from error
+        sources.append(Source(str(audio_path), name, language,
                               str(row["id"]) if row.get("id") not in (None, "") else None))
     if not sources:
         raise InputError(f"{path}: the manifest lists no audio")

@@ -14,7 +14,7 @@ import torch
 
 from whisperspec.result import Segment
 from whisperspec.speculative.stats import SpeculationStats
-from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult
+from whisperspec.whisper.decode import DecodeOptions, WindowResult
 
 N_FRAMES = 3000  # mel frames per 30-s window
 FRAMES_PER_SECOND = 100
