@@ -23,6 +23,7 @@ import os
 import time
 import warnings
 from collections import deque
+from dataclasses import replace
 from typing import Callable, Iterator
 
 from whisperspec import defaults
@@ -102,7 +103,9 @@ def _hand_out(ray, actors: list, sources: list[Source], chunk: int, batch: int,
     while waiting or any(files for _, files, _ in running.values()):
         while ready and waiting:
             actor, (files, failures) = ready.pop(), waiting.popleft()
-            running[actor.transcribe.remote(files, batch)] = (actor, files, failures)
+            # workers start elsewhere: they get absolute paths, the results go back to the sources as given
+            absolute = [replace(f, audio=os.path.abspath(f.audio)) for f in files]
+            running[actor.transcribe.remote(absolute, batch)] = (actor, files, failures)
         if not running:
             raise RuntimeError(f"no Ray worker could start a transcriber: {cannot_start}")
         done, _ = ray.wait(list(running), num_returns=1)
@@ -122,7 +125,9 @@ def _hand_out(ray, actors: list, sources: list[Source], chunk: int, batch: int,
             running[actor.pid.remote()] = (actor, None, 0)
             continue
         ready.append(actor)
+        given = {f.name: f for f in files or ()}  # results names are unique in a run
         for result in value if files is not None else ():
+            result.source = given[result.source.name]
             if result.ok:
                 on_progress(result.transcription.duration)
             yield result
