@@ -83,7 +83,10 @@ class AudioReader:
             yield item
 
     def close(self) -> None:
+        """Stop reading and wait for the file being read: a thread still inside torch when the
+        interpreter exits (after Ctrl-C) aborts the process."""
         self._stop.set()
+        self._thread.join()
 
 
 @dataclass
