@@ -101,12 +101,11 @@ def test_rows_with_their_own_prompts_and_languages_decode_as_they_do_alone(times
     window = runtime.encode(mel)
     for name in ["none", *DRAFTERS]:
         drafter = None if name == "none" else multilingual_drafter(name, runtime, 6)
-        for lookahead in ("1", "4"):
-            rows = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode_batch(window, options, prompts,
-                                                                                          languages)
-            assert [r.tokens for r in rows] == [s.tokens for s in singles], (name, lookahead)
-            assert [r.language for r in rows] == [s.language for s in singles]
-            assert [r.no_speech_prob for r in rows] == pytest.approx([s.no_speech_prob for s in singles], rel=1e-6)
+        rows = WindowDecoder(runtime, drafter, make_lookahead("4")).decode_batch(window, options, prompts, languages)
+        assert [r.tokens for r in rows] == [s.tokens for s in singles], name
+        assert [r.language for r in rows] == [s.language for s in singles]
+        assert [r.no_speech_prob for r in rows] == pytest.approx([s.no_speech_prob for s in singles], rel=1e-6)
+        assert drafter is None or all(r.stats.proposed > 0 for r in rows), name  # every row drafted
 
 
 def multilingual_drafter(name: str, runtime, seed: int):
