@@ -188,7 +188,7 @@ def test_files_finish_in_completion_order_and_each_gets_its_manifest_language(tm
 
 @pytest.mark.real
 def test_on_real_speech_each_batched_transcript_is_the_one_file_transcript(tmp_path):
-    """base with its trained draft, the language detected per row: four short clips and a 47-s
+    """base with `auto` drafting, the language detected per row: four short clips and a 47-s
     long-form file (short rows without timestamps, the long file's windows with them) in batches of 3."""
     from whisperspec.transcribe import Transcriber
 
