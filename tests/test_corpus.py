@@ -206,7 +206,9 @@ def test_on_real_speech_each_batched_transcript_is_the_one_file_transcript(tmp_p
     assert batched.keys() == alone.keys()
     for path, result in batched.items():
         assert _same(result, alone[path]), path
-        assert result.language == "en" and result.stats["speculation"]["accepted"] > 0
+        assert result.language == "en"
+    # auto drafts where its timings say it pays (not on every short clip): somewhere here it did
+    assert sum(r.stats["speculation"]["accepted"] for r in batched.values()) > 0
 
 
 # ------------------------------------------------------------------ resumable runs

@@ -57,12 +57,14 @@ def test_every_drafter_and_lookahead_matches_plain_greedy(seed, timestamps):
     assert len(reference.tokens) > 5
     for name in DRAFTERS:
         drafter = build_drafter(name, runtime, seed)
-        accepted = 0
+        accepted = proposed = 0
         for lookahead in LOOKAHEADS:
             result = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode(window, options)
             assert result.tokens == reference.tokens, (name, lookahead)
             assert result.stats.emitted >= len(result.tokens)
-            assert result.stats.proposed > 0, (name, lookahead)  # it drafted ...
+            # it drafted ... (auto may find plain steps faster on a window, by its own timings)
+            assert result.stats.proposed > 0 or name == "auto", (name, lookahead)
+            proposed += result.stats.proposed
             # ... with its model (auto may find n-gram lookup the fastest on a repetitive window)
             assert result.stats.draft_passes > 0 or name in ("ngram", "auto"), (name, lookahead)
             if name in ALWAYS_AGREE and lookahead != "cost":  # cost's k follows measured timings
@@ -71,6 +73,7 @@ def test_every_drafter_and_lookahead_matches_plain_greedy(seed, timestamps):
         # The others score fewer tokens or are other random models: on these random windows they
         # are right on timestamp tokens, not always on text.
         assert accepted > 0 or not timestamps, name
+        assert proposed > 0, name  # auto's first round drafts with its best prior (int8 here)
 
 
 def test_multilingual_detection_and_translate_task_match():
