@@ -16,7 +16,8 @@ from whisperspec.result import Segment, Transcription
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
-from whisperspec.whisper.longform import transcribe_longform
+from whisperspec.whisper.alignment import WordAligner
+from whisperspec.whisper.longform import carry_window_scores, transcribe_longform
 from whisperspec.whisper.model import WhisperRuntime
 
 
@@ -30,14 +31,18 @@ class Transcriber:
     "auto@5", ...; lookahead: the same as "@LOOKAHEAD", as a separate argument.
     temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for one
     fixed temperature. sampling (at temperature > 0): "coupled", the same tokens with or without a
-    draft, or "residual" (see `DecodeOptions`).
+    draft, or "residual" (see `DecodeOptions`). word_timestamps: each segment gets its words with
+    start, end and probability (`whisperspec.whisper.alignment`); prepend_punctuations /
+    append_punctuations join the word after / before them.
     """
 
     def __init__(self, model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
                  lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
                  timestamps: bool = False, temperature: float | None = None, condition_on_previous_text: bool = True,
                  initial_prompt: str | None = None, progress: bool = False, seed: int = 0,
-                 sampling: str = "coupled"):
+                 sampling: str = "coupled", word_timestamps: bool = False,
+                 prepend_punctuations: str = defaults.PREPEND_PUNCTUATIONS,
+                 append_punctuations: str = defaults.APPEND_PUNCTUATIONS):
         from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
         from whisperspec.whisper.model import COMPUTE_TYPES
 
@@ -60,6 +65,7 @@ class Transcriber:
         self.drafter = make_drafter(self.draft, self.runtime)
         self.condition_on_previous_text = condition_on_previous_text
         self.initial_prompt, self.progress = initial_prompt, progress
+        self.word_timestamps, self.punctuations = word_timestamps, (prepend_punctuations, append_punctuations)
         self.load_seconds = time.perf_counter() - started
 
     def transcribe(self, audio, *, sample_rate: int | None = None, max_seconds: float = DEFAULT_MAX_SECONDS,
@@ -67,10 +73,11 @@ class Transcriber:
         """audio: a file path, or samples (numpy/torch) at `sample_rate` (default 16 kHz), at most
         `max_seconds` long (checked before it is decoded where the file says how long it is).
 
-        Keyword overrides: language, task, timestamps, initial_prompt. Raises AudioError for
-        unreadable input (the message names the file).
+        Keyword overrides: language, task, timestamps, initial_prompt, word_timestamps. Raises
+        AudioError for unreadable input (the message names the file).
         """
         initial_prompt = overrides.pop("initial_prompt", self.initial_prompt)
+        word_timestamps = overrides.pop("word_timestamps", self.word_timestamps)
         if "language" in overrides:
             overrides["language"] = options.language_code(overrides["language"])
         decode_options = replace(self.options, **overrides)
@@ -82,13 +89,15 @@ class Transcriber:
         duration = len(samples) / SAMPLE_RATE
         if is_silent(samples) or duration < defaults.MIN_SPEECH_SECONDS:
             # nothing to decode: Whisper would only hallucinate here ("you")
-            return Transcription("", [], decode_options.language, duration, {**timings, "silent": True}, source)
+            return Transcription("", [], decode_options.language, duration, {**timings, "silent": True}, source,
+                                 _language_probability(None, decode_options.language))
         mel = log_mel_spectrogram(samples, self.runtime.n_mels, padding=N_SAMPLES)
         content_frames = mel.shape[-1] - N_FRAMES
         timings["features_ms"] = (time.perf_counter() - started) * 1e3
 
         prompt = self._prompt_tokens(initial_prompt)
         decoder = WindowDecoder(self.runtime, self.drafter, make_lookahead(self.draft.lookahead) if self.drafter else None)
+        words = WordAligner(self.runtime, decode_options.task, *self.punctuations) if word_timestamps else None
         encoder_seconds: list[float] = []
         started = time.perf_counter()
         if content_frames <= N_FRAMES and not decode_options.timestamps:
@@ -97,21 +106,34 @@ class Transcriber:
             result = decoder.decode(window, decode_options, prompt=prompt)
             text = self.runtime.decode_text(result.tokens)
             segments = [Segment(0.0, round(duration, 3), text, result.tokens, result.from_draft)] if text.strip() else []
+            carry_window_scores(segments, result)
+            if words is not None:
+                words.add(window.hidden, segments, result.language, 0.0, content_frames)
             language, windows, stats = result.language, [result], result.stats
         else:
             longform = transcribe_longform(decoder, mel, content_frames, decode_options, prompt,
-                                           self.condition_on_previous_text, self.progress, encoder_seconds)
+                                           self.condition_on_previous_text, self.progress, encoder_seconds, words)
             segments, language, windows, stats = longform.segments, longform.language, longform.windows, longform.stats
         total = time.perf_counter() - started
         timings.update(encoder_ms=sum(encoder_seconds) * 1e3, decoder_ms=(total - sum(encoder_seconds)) * 1e3)
+        for index, segment in enumerate(segments):
+            segment.id = index
         text = "".join(s.text for s in segments).strip()
-        return Transcription(text, segments, language, duration,
-                             {**timings, **_decode_stats(windows, stats)}, source)
+        return Transcription(text, segments, language, duration, {**timings, **_decode_stats(windows, stats)},
+                             source, _language_probability(windows[0], language))
 
     def _prompt_tokens(self, prompt: str | None) -> list[int]:
         if not prompt:
             return []
         return self.runtime.tokenizer.encode(" " + prompt.strip(), add_special_tokens=False)
+
+
+def _language_probability(first_window, language: str | None) -> float | None:
+    """The detected language's probability; 1 for a language given (or the only one an English
+    model knows), as faster-whisper reports it; None when nothing was decoded to detect it."""
+    if first_window is not None and first_window.language_probability is not None:
+        return first_window.language_probability
+    return 1.0 if language is not None else None
 
 
 def _decode_stats(windows, stats: SpeculationStats) -> dict:

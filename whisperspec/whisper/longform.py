@@ -3,7 +3,9 @@
 The same walk as openai-whisper's `transcribe()` and transformers' sequential long-form: decode a
 window with timestamps, cut it into segments at consecutive timestamp pairs, move the window to the
 last complete segment's end (or by a whole window), and condition the next window on the text
-so far.
+so far. With word timestamps, as in openai-whisper, each window's segments get their words and the
+window moves to the end of the last word instead of the last timestamp (unless the window ended
+with a single timestamp: then the model saw the speech end, and the whole window is done).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from tqdm import tqdm
 
 from whisperspec.result import Segment
 from whisperspec.speculative.stats import SpeculationStats
+from whisperspec.whisper.alignment import WordAligner
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult
 
 N_FRAMES = 3000  # mel frames per 30-s window
@@ -33,8 +36,10 @@ class LongformResult:
 
 def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frames: int, options: DecodeOptions,
                         initial_prompt: list[int] = (), condition_on_previous_text: bool = True,
-                        progress: bool = False, encoder_seconds: list | None = None) -> LongformResult:
-    """`mel` [n_mels, content_frames + N_FRAMES] is the whole file's log-mel, padded by one window."""
+                        progress: bool = False, encoder_seconds: list | None = None,
+                        words: WordAligner | None = None) -> LongformResult:
+    """`mel` [n_mels, content_frames + N_FRAMES] is the whole file's log-mel, padded by one window.
+    `words`: add word timestamps with this aligner."""
     runtime, special = decoder.runtime, decoder.runtime.special
     options = replace(options, timestamps=True)
     seek, segments, windows, stats = 0, [], [], SpeculationStats()
@@ -56,6 +61,13 @@ def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frame
                                                           window_frames)
         for segment in new_segments:
             segment.text = runtime.decode_text(segment.tokens)
+        carry_window_scores(new_segments, result)
+        if words is not None:
+            words.add(window.hidden, new_segments, result.language, offset, window_frames)
+            last_word_end = next((s.words[-1].end for s in reversed(new_segments) if s.words), offset)
+            resume = round(last_word_end * FRAMES_PER_SECOND)
+            if resume > seek and not _single_timestamp_ending(result.tokens, special):
+                advance = resume - seek
         segments += [s for s in new_segments if s.text.strip()]
         if condition_on_previous_text and result.temperature <= 0.5:
             # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: without
@@ -77,6 +89,18 @@ def _encode(runtime, window_mel: torch.Tensor, encoder_seconds: list | None):
     return window
 
 
+def carry_window_scores(segments: list[Segment], result: WindowResult) -> None:
+    """Each segment carries the scores of the window it was decoded in (faster-whisper's fields)."""
+    for segment in segments:
+        segment.avg_logprob, segment.compression_ratio = result.avg_logprob, result.compression_ratio
+        segment.no_speech_prob, segment.temperature = result.no_speech_prob, result.temperature
+
+
+def _single_timestamp_ending(tokens: list[int], special) -> bool:
+    """The window ends with text and then one timestamp: the model saw the speech end there."""
+    return [special.is_timestamp(t) for t in tokens[-2:]] == [False, True]
+
+
 def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,
                     window_frames: int) -> tuple[list[Segment], int, list[int]]:
     """Segments from one window's tokens, how many frames to advance, and the tokens consumed."""
@@ -88,7 +112,7 @@ def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: 
 
     # a segment ends where two timestamps follow each other (<|end|><|start|> of the next)
     boundaries = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
-    single_timestamp_ending = is_ts[-2:] == [False, True]
+    single_timestamp_ending = _single_timestamp_ending(tokens, special)
     if not boundaries:
         duration = window_frames / FRAMES_PER_SECOND
         timestamps = [t for t in tokens if special.is_timestamp(t)]
