@@ -92,7 +92,35 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--initial-prompt", default=None)
     p.add_argument("--stats", action="store_true", help="print acceptance, passes, tokens/s and the time split")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_word_options(p)
     p.set_defaults(run=_run_transcribe)
+
+
+def _add_word_options(p) -> None:
+    words = p.add_argument_group("word timestamps (openai-whisper's options)")
+    words.add_argument("--word-timestamps", action="store_true",
+                       help="time every word (json: segments[].words with start, end, probability)")
+    words.add_argument("--prepend-punctuations", default=defaults.PREPEND_PUNCTUATIONS,
+                       help="punctuation joined to the word after it")
+    words.add_argument("--append-punctuations", default=defaults.APPEND_PUNCTUATIONS,
+                       help="punctuation joined to the word before it")
+    words.add_argument("--highlight-words", action="store_true", help="srt/vtt: underline each word as it is spoken")
+    words.add_argument("--max-line-width", type=int, default=None, help="srt/vtt: characters per line")
+    words.add_argument("--max-line-count", type=int, default=None, help="srt/vtt: lines per cue")
+    words.add_argument("--max-words-per-line", type=int, default=None,
+                       help="srt/vtt: words per cue (no effect with --max-line-width)")
+
+
+def _subtitle_options(args):
+    """srt/vtt cue options from the command line, checked: each needs --word-timestamps."""
+    from whisperspec.subtitles import SubtitleOptions
+
+    options = SubtitleOptions(args.highlight_words, args.max_line_width, args.max_line_count, args.max_words_per_line)
+    if options.by_word and not args.word_timestamps:
+        used = [name for name in ("highlight_words", "max_line_width", "max_line_count", "max_words_per_line")
+                if getattr(args, name) not in (None, False)]
+        raise ValueError(f"--{used[0].replace('_', '-')} requires --word-timestamps")
+    return options
 
 
 def _run_transcribe(args) -> int:
@@ -108,6 +136,11 @@ def _run_transcribe(args) -> int:
         return 2
     if args.output_dir and not _writable_folder(args.output_dir):
         return 2
+    try:
+        subtitles = _subtitle_options(args)
+    except ValueError as error:
+        print(f"whisperspec: {error}", file=sys.stderr)
+        return 2
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar, on a cold disk
@@ -116,7 +149,9 @@ def _run_transcribe(args) -> int:
                                   lookahead=args.lookahead, language=args.language, task=args.task,
                                   timestamps=args.timestamps, temperature=args.temperature,
                                   initial_prompt=args.initial_prompt, progress=not args.quiet,
-                                  sampling=args.sampling)
+                                  sampling=args.sampling, word_timestamps=args.word_timestamps,
+                                  prepend_punctuations=args.prepend_punctuations,
+                                  append_punctuations=args.append_punctuations)
     except SpecError as error:
         print(f"whisperspec: --draft: {error}", file=sys.stderr)
         return 2
@@ -136,7 +171,7 @@ def _run_transcribe(args) -> int:
         if args.output_dir:
             name = names[path]
             try:
-                written = write_outputs(result, args.output_dir / name.parent, name.name, formats)
+                written = write_outputs(result, args.output_dir / name.parent, name.name, formats, subtitles)
             except OSError as error:  # a full or read-only disk: what was written stays, the rest would fail too
                 print(f"whisperspec: cannot write the results of {path} to {args.output_dir}: "
                       f"{error.strerror or error}", file=sys.stderr)
