@@ -105,7 +105,7 @@ def write_outputs(result: Transcription, output_dir, stem: str, formats: list[st
     for name in names:
         path = output_dir / f"{stem}.{name}"
         writer = WRITERS[name]
-        if name in SUBTITLE_FORMATS:
+        if subtitles is not None and name in SUBTITLE_FORMATS:
             writer = functools.partial(writer, subtitles=subtitles)
         _write_atomically(path, writer, result)
         paths.append(path)

@@ -38,23 +38,27 @@ def word_cues(segments: list[Segment], options: SubtitleOptions,
               min_seconds: float) -> list[tuple[float, float, str]]:
     """(start, end, text) of each cue; lines in a cue are separated by "\\n". A cue of no length
     lasts `min_seconds`; a highlighted word of no length gets no cue of its own (its text is in
-    the cues around it)."""
+    the cues around it, or in one plain cue if no word of the cue lasts)."""
     out = []
     for subtitle in _subtitles(segments, options):
         text = "".join(piece for _, _, piece in subtitle)
         start, end = subtitle[0][0], subtitle[-1][1]
-        if not options.highlight_words:
-            out.append((start, end if _ms(end) > _ms(start) else start + min_seconds, text))
-            continue
-        last = start
-        for index, (word_start, word_end, _) in enumerate(subtitle):
-            if _ms(word_start) > _ms(last):  # the gap before this word: the line, nothing underlined
-                out.append((last, word_start, text))
-            if _ms(word_end) > _ms(word_start):
-                out.append((word_start, word_end, "".join(
-                    re.sub(r"^(\s*)(.*)$", r"\1<u>\2</u>", piece) if i == index else piece
-                    for i, (_, _, piece) in enumerate(subtitle))))
-            last = max(last, word_end)
+        highlighted = _highlighted(subtitle, text) if options.highlight_words else []
+        out += highlighted or [(start, end if _ms(end) > _ms(start) else start + min_seconds, text)]
+    return out
+
+
+def _highlighted(subtitle: list[tuple[float, float, str]], text: str) -> list[tuple[float, float, str]]:
+    """A cue per word of `subtitle`, that word underlined, and the plain text in the gaps between."""
+    out, last = [], subtitle[0][0]
+    for index, (word_start, word_end, _) in enumerate(subtitle):
+        if _ms(word_start) > _ms(last):
+            out.append((last, word_start, text))
+        if _ms(word_end) > _ms(word_start):
+            out.append((word_start, word_end, "".join(
+                re.sub(r"^(\s*)(.*)$", r"\1<u>\2</u>", piece) if i == index else piece
+                for i, (_, _, piece) in enumerate(subtitle))))
+        last = max(last, word_end)
     return out
 
 
