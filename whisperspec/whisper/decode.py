@@ -133,7 +133,7 @@ class WindowDecoder:
             self.drafter.start_window(window)
         prompts = prompts or [[] for _ in range(len(window.hidden))]
         languages, language_probabilities = [options.language] * len(prompts), [None] * len(prompts)
-        if options.language is None and special.is_multilingual:
+        if options.language is None:  # an English-only model: "en" (probability 1) without a pass
             languages, language_probabilities = self.detect_language()
         prefixes = [forced_prefix(special, p, lang, options) for p, lang in zip(prompts, languages)]
         if len({len(p) for p in prefixes}) > 1:
