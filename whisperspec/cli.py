@@ -3,6 +3,7 @@
     transcribe   audio files -> text (+ srt/vtt/json), optionally with a drafter
     import-ct2   a faster-whisper (CTranslate2) checkpoint -> transformers
     bench        decoder costs and decode-phase speed of each drafter, side by side
+    bench-startup  one short file from the command line, whole processes, vs faster-whisper
     evaluate     WER and latency against transformers and faster-whisper
     generate     speculative generation with a causal text LM
     demo         the Gradio demo
@@ -27,6 +28,7 @@ from whisperspec.spec import SpecError
 # Subcommands that parse their own arguments: `whisperspec NAME ...` calls MODULE.FUNCTION(argv).
 DELEGATED = {
     "bench": ("whisperspec.whisper.bench:main", "decoder costs and decode-phase speed per drafter"),
+    "bench-startup": ("whisperspec.whisper.startup:main", "one short file, whole processes, vs faster-whisper"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
     "demo": ("whisperspec.demo:cli", "start the Gradio demo"),
@@ -141,9 +143,9 @@ def _run_transcribe(args) -> int:
     except ValueError as error:
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar, on a cold disk
+    # transformers' per-tensor "Loading weights" bar, where a model loads through it (a hub id);
+    # set in the environment: importing transformers to switch it off would cost the start-up
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:  # every option is checked before the model loads
         transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
                                   lookahead=args.lookahead, language=args.language, task=args.task,
