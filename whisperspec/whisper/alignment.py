@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.ndimage import median_filter
 
 from whisperspec import defaults
 from whisperspec.result import Segment, Word
@@ -191,6 +190,8 @@ def align_words(runtime, hidden: torch.Tensor, text_tokens: list[int], language:
                 num_frames: int) -> list[WordTiming]:
     """The words of `text_tokens` (no timestamps) in the window `hidden`, with times from its
     start. `num_frames`: mel frames of audio in the window (the rest is padding no word is in)."""
+    from scipy.ndimage import median_filter  # here: importing it costs every start-up a few tenths of a second
+
     if not text_tokens:
         return []
     special = runtime.special
