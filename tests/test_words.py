@@ -134,7 +134,7 @@ def test_drafters_give_the_same_words_and_times(tiny_model_dir):
     seconds = 45
     audio = np.random.default_rng(0).normal(0, 0.1, 16000 * seconds).astype(np.float32)
     options = dict(language="en", temperature=0, timestamps=True, word_timestamps=True)
-    plain = Transcriber(str(tiny_model_dir), **options).transcribe(audio)
+    plain = Transcriber(str(tiny_model_dir), draft="none", **options).transcribe(audio)
     words = [w for s in plain.segments for w in s.words]
     assert len(words) > 10 and plain.stats["windows"] >= 2
     assert all(0 <= w.start <= w.end <= seconds and w.word for w in words)
@@ -149,20 +149,26 @@ def test_drafters_give_the_same_words_and_times(tiny_model_dir):
 def base():
     from whisperspec.transcribe import Transcriber
 
-    return Transcriber("base", language="en", word_timestamps=True)
+    return Transcriber("base", language="en", draft="none", word_timestamps=True)
 
 
 @pytest.mark.real
-def test_words_with_the_shipped_draft_are_the_plain_ones_on_real_speech(base):
+@pytest.mark.parametrize("draft", ["auto", "trained"])
+def test_words_with_a_draft_are_the_plain_ones_on_real_speech(base, draft):
+    """`auto` as users get it, and the shipped draft itself (which `auto` may not build for short
+    files), on a clip without timestamps and one with them."""
     from test_transcribe import with_drafter
 
-    speculative = with_drafter(base, "auto", "3")
+    speculative = with_drafter(base, draft, "3")
+    accepted = 0
     for clip, timestamps in (("ss-noservice", False), ("vm-options", True)):
         plain = base.transcribe(CLIPS / f"{clip}.flac", timestamps=timestamps)
         fast = speculative.transcribe(CLIPS / f"{clip}.flac", timestamps=timestamps)
-        assert word_times(fast) == word_times(plain) and fast.stats["speculation"]["accepted"] > 0
+        assert word_times(fast) == word_times(plain), clip
+        accepted += fast.stats["speculation"]["accepted"]
         assert "".join(w.word for s in plain.segments for w in s.words) == "".join(s.text for s in plain.segments)
         assert plain.segments[0].avg_logprob < 0 and 0 <= plain.segments[0].no_speech_prob <= 1
+    assert accepted > 0 or draft == "auto"
 
 
 @pytest.mark.real
@@ -179,7 +185,7 @@ def test_word_times_are_close_to_faster_whispers_on_real_speech(tmp_path):
     sf.write(tmp_path / "joined.flac", joined, 16000)
     utterances = [Utterance(clip.stem, str(clip), "", "en", sf.info(clip).duration) for clip in clips]
     utterances.append(Utterance("joined", str(tmp_path / "joined.flac"), "", "en", len(joined) / 16000))
-    summary = compare_word_times(utterances).summary()
+    summary = compare_word_times(utterances, draft="none").summary()
     print(summary)
     assert summary["matched"] >= 0.9 * max(summary["words_ours"], summary["words_faster_whisper"])
     assert summary["median_start_s"] < 0.1 and summary["median_end_s"] < 0.1
