@@ -3,9 +3,9 @@
 The same walk as openai-whisper's `transcribe()` and transformers' sequential long-form: decode a
 window with timestamps, cut it into segments at consecutive timestamp pairs, move the window to the
 last complete segment's end (or by a whole window), and condition the next window on the text
-so far. With word timestamps, as in openai-whisper, each window's segments get their words and the
-window moves to the end of the last word instead of the last timestamp (unless the window ended
-with a single timestamp: then the model saw the speech end, and the whole window is done).
+so far. With word timestamps each window's segments get their words; the windows move as they do
+without them (openai-whisper and faster-whisper move to the last word's end instead, which loses
+speech: docs/WORDS.md), so the text is the same with or without words.
 """
 
 from __future__ import annotations
@@ -64,10 +64,6 @@ def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frame
         carry_window_scores(new_segments, result)
         if words is not None:
             words.add(window.hidden, new_segments, result.language, offset, window_frames)
-            last_word_end = next((s.words[-1].end for s in reversed(new_segments) if s.words), offset)
-            resume = round(last_word_end * FRAMES_PER_SECOND)
-            if resume > seek and not _single_timestamp_ending(result.tokens, special):
-                advance = resume - seek
         segments += [s for s in new_segments if s.text.strip()]
         if condition_on_previous_text and result.temperature <= 0.5:
             # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: without
@@ -96,11 +92,6 @@ def carry_window_scores(segments: list[Segment], result: WindowResult) -> None:
         segment.no_speech_prob, segment.temperature = result.no_speech_prob, result.temperature
 
 
-def _single_timestamp_ending(tokens: list[int], special) -> bool:
-    """The window ends with text and then one timestamp: the model saw the speech end there."""
-    return [special.is_timestamp(t) for t in tokens[-2:]] == [False, True]
-
-
 def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,
                     window_frames: int) -> tuple[list[Segment], int, list[int]]:
     """Segments from one window's tokens, how many frames to advance, and the tokens consumed."""
@@ -112,7 +103,7 @@ def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: 
 
     # a segment ends where two timestamps follow each other (<|end|><|start|> of the next)
     boundaries = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
-    single_timestamp_ending = _single_timestamp_ending(tokens, special)
+    single_timestamp_ending = is_ts[-2:] == [False, True]
     if not boundaries:
         duration = window_frames / FRAMES_PER_SECOND
         timestamps = [t for t in tokens if special.is_timestamp(t)]
