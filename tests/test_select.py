@@ -88,3 +88,18 @@ def test_a_late_candidate_gets_the_window_and_the_reorders_it_missed():
     selector.propose_batch([[1]], 2, [DraftContext()])
     selector.reorder("second")
     assert events == [("window", "w"), ("reorder", "first"), ("reorder", "second")]
+
+
+def test_a_candidate_dear_to_build_is_built_once_the_steps_it_would_have_saved_pay_for_it():
+    built = []
+
+    def make():
+        built.append(True)
+        return Constant()
+
+    # expected to make rounds ~1.8x faster: 0.46 plain steps saved per round, 30 steps to build it
+    selector = SelectingDrafter([Candidate("dear", make, acceptance=0.8, step_cost=0.08, build_cost=30)])
+    world = {"dear": (1.0, 0.0008)}
+    assert simulate(selector, 20, world) == [None] * 20 and not built  # a short file: never built
+    chosen = simulate(selector, 100, world)
+    assert built and chosen[:40] == [None] * 40 and chosen[-40:] == ["dear"] * 40

@@ -236,6 +236,8 @@ class WordAligner:
         """Set `words` of the `segments` decoded from the window `hidden` (which starts `offset`
         seconds into the file and holds `num_frames` mel frames of audio); a segment's start and
         end move to its first and last word's, unless those run far past them."""
+        if hidden is None:
+            raise ValueError("word timestamps need each window's encoder output: advance(result, window.hidden)")
         eot = self.runtime.special.eot
         segment_tokens = [[t for t in segment.tokens if t < eot] for segment in segments]
         words = align_words(self.runtime, hidden, list(itertools.chain(*segment_tokens)), language, self.task,

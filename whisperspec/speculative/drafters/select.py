@@ -11,8 +11,8 @@ plain decoding by more than its probes: a candidate not chosen is tried again no
 `probe_every` rounds, doubling each time it loses, up to `max_probe_gap`), since the text may have
 changed in its favour.
 
-Candidates are built on first use (a model draft costs its load only if it is ever chosen) and
-may decline a sequence (`applies`: a draft trained on some languages only). Output is the verifier's
+Candidates are built on first use, once the plain steps they would have saved pay for building
+them (a model draft costs its load only where it can repay it), and may decline a sequence (`applies`: a draft trained on some languages only). Output is the verifier's
 decision whatever drafts, so switching changes speed only.
 """
 
@@ -41,6 +41,7 @@ class Candidate:
     # cost of drafting one token as a share of a plain step
     acceptance: float = 0.5
     step_cost: float = 0.1
+    build_cost: float = 0.0  # building it (loading, quantising), as a number of plain steps
     applies: Callable[[list[int]], bool] = field(default=lambda tokens: True)
 
 
@@ -77,6 +78,7 @@ class SelectingDrafter(Drafter):
         self.estimated_plain_rate = None  # from the candidates' verify passes, until a plain round is timed
         self.probe_every, self.max_probe_gap = probe_every, max_probe_gap
         self.gaps = {name: probe_every for name in self.candidates}  # rounds between probes of a loser
+        self.forgone = {name: 0.0 for name in self.candidates}  # plain steps an unbuilt one would have saved
         self.last_tried = {name: 0 for name in self.candidates}
         self.rounds = 0
         self.chosen: str | None = None  # this round's candidate (None: a plain step)
@@ -103,8 +105,16 @@ class SelectingDrafter(Drafter):
     def _choose(self, eligible: list[Candidate], k: int) -> str | None:
         plain = self.plain.rate or self.estimated_plain_rate
         rates = {c.name: self._rate(c, k, plain) for c in eligible}
-        best = max(rates, key=rates.get, default=None)
-        choice = best if best is not None and (plain is None or rates[best] > plain) else None
+        choice = self._fastest(rates, plain)
+        if choice is not None and choice not in self.built:
+            # Rent or buy: a candidate that costs something to build is built once the plain steps it
+            # would have saved so far pay for that (a short file never pays a load it cannot repay;
+            # a long one loses at most the build cost again, as in ski rental).
+            fallback = self._fastest({n: r for n, r in rates.items() if n in self.built}, plain)
+            used = rates[fallback] if fallback is not None else plain or 1.0
+            self.forgone[choice] += 1 - used / rates[choice]
+            if self.forgone[choice] < self.candidates[choice].build_cost:
+                choice = fallback
         # a measured candidate not chosen for a while is tried again: the text may have changed in
         # its favour (one never measured is tried when its prior promises most)
         overdue = [c.name for c in eligible if c.name != choice and self.measured[c.name].rate is not None
@@ -113,6 +123,12 @@ class SelectingDrafter(Drafter):
         if overdue:
             return max(overdue, key=lambda n: self.rounds - self.last_tried[n])
         return choice
+
+    @staticmethod
+    def _fastest(rates: dict[str, float], plain: float | None) -> str | None:
+        """The candidate of the highest rate if it beats a plain step, else None."""
+        best = max(rates, key=rates.get, default=None)
+        return best if best is not None and (plain is None or rates[best] > plain) else None
 
     def _rate(self, candidate: Candidate, k: int, plain: float | None) -> float:
         measured = self.measured[candidate.name].rate

@@ -15,10 +15,10 @@ from whisperspec.distill.draft_file import draft_languages, shipped_draft
 from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
 
-# Priors (docs/BENCHMARKS.md has the measurements): per-token acceptance, and the cost of drafting
-# one token as a share of a plain step of the main model.
-TRAINED_STEP_COST = 0.08
-INT8_ACCEPTANCE, INT8_STEP_COST = 0.75, 0.35
+# Priors (docs/BENCHMARKS.md has the measurements): per-token acceptance, the cost of drafting one
+# token as a share of a plain step of the main model, and of building the drafter in plain steps.
+TRAINED_STEP_COST, TRAINED_BUILD_COST = 0.08, 15
+INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 25
 NGRAM_ACCEPTANCE = 0.2
 
 
@@ -33,9 +33,10 @@ def auto_drafter(runtime) -> SelectingDrafter:
         prior = [a for a in languages.values() if a] or [0.7]
         candidates.append(Candidate(
             "trained", lambda: trained_drafter(path, runtime), acceptance=sum(prior) / len(prior),
-            step_cost=TRAINED_STEP_COST, applies=lambda tokens: runtime.special.language_of(tokens) in languages))
+            step_cost=TRAINED_STEP_COST, build_cost=TRAINED_BUILD_COST, applies=lambda tokens: runtime.special.language_of(tokens) in languages))
     candidates += [
-        Candidate("int8", lambda: int8_self_drafter(runtime), acceptance=INT8_ACCEPTANCE, step_cost=INT8_STEP_COST),
+        Candidate("int8", lambda: int8_self_drafter(runtime), acceptance=INT8_ACCEPTANCE, step_cost=INT8_STEP_COST,
+                  build_cost=INT8_BUILD_COST),
         Candidate("ngram", lambda: NgramDrafter(defaults.NGRAM_MAX), acceptance=NGRAM_ACCEPTANCE, step_cost=0.0),
     ]
     return SelectingDrafter(candidates)
