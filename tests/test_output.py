@@ -76,7 +76,9 @@ def test_json_round_trips_with_numpy_stats(result):
     data = json.loads(render(write_json, result))
     assert data["text"] == result.text
     assert data["segments"][1] == {"start": 2.5, "end": 3725.0015, "text": " and will be answered --> soon.",
-                                   "tokens": [3], "from_draft": []}
+                                   "tokens": [3], "from_draft": [], "id": 0, "avg_logprob": None,
+                                   "compression_ratio": None, "no_speech_prob": None, "temperature": None,
+                                   "words": None}
     assert data["stats"] == {"decoder_ms": 12.5, "tokens": 3}
     assert (data["language"], data["source"]) == ("en", "call.wav")
 

@@ -14,6 +14,8 @@ _EXPORTS = {
     "Transcriber": "whisperspec.transcribe",
     "Transcription": "whisperspec.result",
     "Segment": "whisperspec.result",
+    "Word": "whisperspec.result",
+    "TranscriptionInfo": "whisperspec.result",
     "AudioError": "whisperspec.audio",
     "SpecError": "whisperspec.spec",
 }

@@ -100,7 +100,35 @@ def _add_transcribe(commands) -> None:
     from whisperspec.corpus.cli import add_corpus_arguments
 
     add_corpus_arguments(p)
+    _add_word_options(p)
     p.set_defaults(run=_run_transcribe)
+
+
+def _add_word_options(p) -> None:
+    words = p.add_argument_group("word timestamps (openai-whisper's options)")
+    words.add_argument("--word-timestamps", action="store_true",
+                       help="time every word (json: segments[].words with start, end, probability)")
+    words.add_argument("--prepend-punctuations", default=defaults.PREPEND_PUNCTUATIONS,
+                       help="punctuation joined to the word after it")
+    words.add_argument("--append-punctuations", default=defaults.APPEND_PUNCTUATIONS,
+                       help="punctuation joined to the word before it")
+    words.add_argument("--highlight-words", action="store_true", help="srt/vtt: underline each word as it is spoken")
+    words.add_argument("--max-line-width", type=int, default=None, help="srt/vtt: characters per line")
+    words.add_argument("--max-line-count", type=int, default=None, help="srt/vtt: lines per cue")
+    words.add_argument("--max-words-per-line", type=int, default=None,
+                       help="srt/vtt: words per cue (no effect with --max-line-width)")
+
+
+def _subtitle_options(args):
+    """srt/vtt cue options from the command line, checked: each needs --word-timestamps."""
+    from whisperspec.subtitles import SubtitleOptions
+
+    options = SubtitleOptions(args.highlight_words, args.max_line_width, args.max_line_count, args.max_words_per_line)
+    if options.by_word and not args.word_timestamps:
+        used = [name for name in ("highlight_words", "max_line_width", "max_line_count", "max_words_per_line")
+                if getattr(args, name) not in (None, False)]
+        raise ValueError(f"--{used[0].replace('_', '-')} requires --word-timestamps")
+    return options
 
 
 def _run_transcribe(args) -> int:
@@ -118,7 +146,8 @@ def _run_transcribe(args) -> int:
         return 2
     try:
         sources = expand_inputs(args.audio)
-    except InputError as error:
+        subtitles = _subtitle_options(args)
+    except (InputError, ValueError) as error:
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
     # transformers' per-tensor "Loading weights" bar, where a model loads through it (a hub id);
@@ -126,7 +155,9 @@ def _run_transcribe(args) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     options = dict(model=args.model, compute_type=args.compute_type, draft=args.draft, lookahead=args.lookahead,
                    language=args.language, task=args.task, timestamps=args.timestamps,
-                   temperature=args.temperature, initial_prompt=args.initial_prompt, sampling=args.sampling)
+                   temperature=args.temperature, initial_prompt=args.initial_prompt, sampling=args.sampling,
+                   word_timestamps=args.word_timestamps, prepend_punctuations=args.prepend_punctuations,
+                   append_punctuations=args.append_punctuations)
     try:  # every option is checked before the model loads
         engine = corpus_engine(options, args)
     except SpecError as error:
@@ -136,7 +167,8 @@ def _run_transcribe(args) -> int:
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
     return transcribe_corpus(sources, engine, args, formats,
-                             print_result=lambda result: _print_result(result, args, len(sources) > 1))
+                             print_result=lambda result: _print_result(result, args, len(sources) > 1),
+                             subtitles=subtitles)
 
 
 def output_names(inputs: list[str]) -> dict[str, Path]:

@@ -34,6 +34,10 @@ MIN_SPEECH_SECONDS = 0.25
 # loop: checked every this many tokens, from this many on (`whisper.decode.RunawayStop`).
 RUNAWAY_CHECK_EVERY, RUNAWAY_MIN_TOKENS = 32, 64
 
+# Word timestamps: punctuation merged into the word after it / before it (openai-whisper's sets).
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+
 # `whisperspec distill`
 DISTILL_EPOCHS = 5
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Callable, TextIO
 
 from whisperspec.atomic import atomic_write
 from whisperspec.result import Transcription
+from whisperspec.subtitles import SubtitleOptions, word_cues
 
 
 def format_timestamp(seconds: float, always_include_hours: bool = False, decimal_marker: str = ".") -> str:
@@ -33,9 +35,13 @@ def write_txt(result: Transcription, file: TextIO) -> None:
         file.write(_cue_text(segment.text) + "\n")
 
 
-def cues(result: Transcription) -> list[tuple[float, float, str]]:
+def cues(result: Transcription, subtitles: SubtitleOptions | None = None) -> list[tuple[float, float, str]]:
     """(start, end, text) of each subtitle cue: segments with text, none of zero length (a segment
-    whose timestamps coincide lasts until the next one starts, or MIN_CUE_SECONDS)."""
+    whose timestamps coincide lasts until the next one starts, or MIN_CUE_SECONDS); or, when
+    `subtitles` asks for line limits or highlighting and there are word timestamps, cues built
+    from the words (`whisperspec.subtitles`)."""
+    if subtitles is not None and subtitles.by_word and any(s.words for s in result.segments):
+        return word_cues(result.segments, subtitles, MIN_CUE_SECONDS)
     segments = [s for s in result.segments if _cue_text(s.text)]
     out = []
     for index, segment in enumerate(segments):
@@ -50,16 +56,16 @@ def cues(result: Transcription) -> list[tuple[float, float, str]]:
 MIN_CUE_SECONDS = 0.5
 
 
-def write_srt(result: Transcription, file: TextIO) -> None:
-    for number, (start, end, text) in enumerate(cues(result), start=1):
+def write_srt(result: Transcription, file: TextIO, subtitles: SubtitleOptions | None = None) -> None:
+    for number, (start, end, text) in enumerate(cues(result, subtitles), start=1):
         start_time = format_timestamp(start, always_include_hours=True, decimal_marker=",")
         end_time = format_timestamp(end, always_include_hours=True, decimal_marker=",")
         file.write(f"{number}\n{start_time} --> {end_time}\n{text}\n\n")
 
 
-def write_vtt(result: Transcription, file: TextIO) -> None:
+def write_vtt(result: Transcription, file: TextIO, subtitles: SubtitleOptions | None = None) -> None:
     file.write("WEBVTT\n\n")
-    for start, end, text in cues(result):
+    for start, end, text in cues(result, subtitles):
         file.write(f"{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n\n")
 
 
@@ -78,8 +84,13 @@ WRITERS: dict[str, Callable[[Transcription, TextIO], None]] = {
 }
 
 
-def write_outputs(result: Transcription, output_dir, stem: str, formats: list[str]) -> list[Path]:
+SUBTITLE_FORMATS = ("srt", "vtt")
+
+
+def write_outputs(result: Transcription, output_dir, stem: str, formats: list[str],
+                  subtitles: SubtitleOptions | None = None) -> list[Path]:
     """Write `output_dir/stem.<format>` for each format ("all" = every one); returns the paths.
+    `subtitles`: how srt and vtt cues are built from word timestamps.
 
     Every file is written to a temporary name beside it and renamed into place, so a crash or
     Ctrl-C leaves either the previous file or the complete new one, never a partial one.
@@ -93,7 +104,10 @@ def write_outputs(result: Transcription, output_dir, stem: str, formats: list[st
     paths = []
     for name in names:
         path = output_dir / f"{stem}.{name}"
-        _write_atomically(path, WRITERS[name], result)
+        writer = WRITERS[name]
+        if subtitles is not None and name in SUBTITLE_FORMATS:
+            writer = functools.partial(writer, subtitles=subtitles)
+        _write_atomically(path, writer, result)
         paths.append(path)
     return paths
 

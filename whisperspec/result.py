@@ -1,8 +1,17 @@
-"""What a transcription returns: text, timed segments, language and where the time went."""
+"""What a transcription returns: text, timed segments (with words when asked), language and where
+the time went. The segment fields are faster-whisper's, so code written for its results reads ours."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Word:
+    start: float  # seconds from the start of the file
+    end: float
+    word: str  # with its leading space, as the tokens spell it
+    probability: float  # the mean probability of its tokens
 
 
 @dataclass
@@ -13,6 +22,22 @@ class Segment:
     tokens: list[int] = field(default_factory=list)
     # per token: True if the draft proposed it and the main model agreed (speculative decoding)
     from_draft: list[bool] = field(default_factory=list)
+    id: int = 0  # its index in the transcription
+    # the scores of the 30-s window it was decoded in (every segment of a window shares them)
+    avg_logprob: float | None = None
+    compression_ratio: float | None = None
+    no_speech_prob: float | None = None
+    temperature: float | None = None
+    words: list[Word] | None = None  # with word timestamps only
+
+
+@dataclass
+class TranscriptionInfo:
+    """faster-whisper's `TranscriptionInfo`: what is known of the audio besides its text."""
+
+    language: str | None
+    language_probability: float | None  # detected: softmax over the language tokens; given: 1
+    duration: float  # seconds of audio
 
 
 @dataclass
@@ -23,6 +48,11 @@ class Transcription:
     duration: float  # seconds of audio
     stats: dict = field(default_factory=dict)  # load/features/encoder/decoder ms, tokens, drafting stats
     source: str | None = None  # file name, when transcribed from a file
+    language_probability: float | None = None  # see TranscriptionInfo
+
+    @property
+    def info(self) -> TranscriptionInfo:
+        return TranscriptionInfo(self.language, self.language_probability, self.duration)
 
     def to_dict(self) -> dict:
         return asdict(self)

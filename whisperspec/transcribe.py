@@ -17,7 +17,8 @@ from whisperspec.result import Segment, Transcription
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult
-from whisperspec.whisper.longform import FRAMES_PER_SECOND, LongformResult, LongformWalk
+from whisperspec.whisper.alignment import WordAligner
+from whisperspec.whisper.longform import FRAMES_PER_SECOND, LongformResult, LongformWalk, carry_window_scores
 from whisperspec.whisper.model import WhisperRuntime
 
 
@@ -31,14 +32,18 @@ class Transcriber:
     "auto@5", ...; lookahead: the same as "@LOOKAHEAD", as a separate argument.
     temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for one
     fixed temperature. sampling (at temperature > 0): "coupled", the same tokens with or without a
-    draft, or "residual" (see `DecodeOptions`).
+    draft, or "residual" (see `DecodeOptions`). word_timestamps: each segment gets its words with
+    start, end and probability (`whisperspec.whisper.alignment`); prepend_punctuations /
+    append_punctuations join the word after / before them.
     """
 
     def __init__(self, model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
                  lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
                  timestamps: bool = False, temperature: float | None = None, condition_on_previous_text: bool = True,
                  initial_prompt: str | None = None, progress: bool = False, seed: int = 0,
-                 sampling: str = "coupled"):
+                 sampling: str = "coupled", word_timestamps: bool = False,
+                 prepend_punctuations: str = defaults.PREPEND_PUNCTUATIONS,
+                 append_punctuations: str = defaults.APPEND_PUNCTUATIONS):
         from whisperspec.whisper.drafters import make_drafter
 
         started = time.perf_counter()
@@ -56,6 +61,7 @@ class Transcriber:
         self.drafter = make_drafter(self.draft, self.runtime)
         self.condition_on_previous_text = condition_on_previous_text
         self.initial_prompt, self.progress = initial_prompt, progress
+        self.word_timestamps, self.punctuations = word_timestamps, (prepend_punctuations, append_punctuations)
         self.load_seconds = time.perf_counter() - started
 
     @staticmethod
@@ -83,8 +89,8 @@ class Transcriber:
         """audio: a file path, or samples (numpy/torch) at `sample_rate` (default 16 kHz), at most
         `max_seconds` long (checked before it is decoded where the file says how long it is).
 
-        Keyword overrides: language, task, timestamps, initial_prompt. Raises AudioError for
-        unreadable input (the message names the file).
+        Keyword overrides: language, task, timestamps, initial_prompt, word_timestamps. Raises
+        AudioError for unreadable input (the message names the file).
         """
         prepared = self.prepare(audio, sample_rate=sample_rate, max_seconds=max_seconds, **overrides)
         walk = self.walk(prepared)
@@ -99,7 +105,7 @@ class Transcriber:
                 encode_start = time.perf_counter()
                 window = self.runtime.encode(walk.window_mel()[None])
                 encoder_seconds.append(time.perf_counter() - encode_start)
-                advanced = walk.advance(decoder.decode(window, walk.options, prompt=walk.prompt))
+                advanced = walk.advance(decoder.decode(window, walk.options, prompt=walk.prompt), window.hidden)
                 bar.update(round(advanced * FRAMES_PER_SECOND))
         total = time.perf_counter() - started
         prepared.timings.update(encoder_ms=sum(encoder_seconds) * 1e3,
@@ -127,6 +133,7 @@ class Transcriber:
                 **overrides) -> "PreparedAudio":
         """Read and featurise one input (what `transcribe` does before decoding); raises AudioError."""
         initial_prompt = overrides.pop("initial_prompt", self.initial_prompt)
+        word_timestamps = overrides.pop("word_timestamps", self.word_timestamps)
         if "language" in overrides:
             overrides["language"] = options.language_code(overrides["language"])
         decode_options = replace(self.options, **overrides)
@@ -138,21 +145,23 @@ class Transcriber:
         duration = len(samples) / SAMPLE_RATE
         if is_silent(samples) or duration < defaults.MIN_SPEECH_SECONDS:
             # nothing to decode: Whisper would only hallucinate here ("you")
-            return PreparedAudio(source, duration, None, 0, decode_options, [], {**timings, "silent": True})
+            return PreparedAudio(source, duration, None, 0, decode_options, [], {**timings, "silent": True},
+                                 word_timestamps)
         mel = log_mel_spectrogram(samples, self.runtime.n_mels, padding=N_SAMPLES)
         timings["features_ms"] = (time.perf_counter() - started) * 1e3
         return PreparedAudio(source, duration, mel, mel.shape[-1] - N_FRAMES, decode_options,
-                             self._prompt_tokens(initial_prompt), timings)
+                             self._prompt_tokens(initial_prompt), timings, word_timestamps)
 
     def walk(self, prepared: "PreparedAudio"):
         """The windows of a prepared input to decode one after another: one window for up to 30 s
         without timestamps, else the long-form walk (None: nothing to decode)."""
         if prepared.mel is None:
             return None
+        words = WordAligner(self.runtime, prepared.options.task, *self.punctuations) if prepared.word_timestamps else None
         if prepared.content_frames <= N_FRAMES and not prepared.options.timestamps:
-            return OneWindow(prepared, self.runtime)
+            return OneWindow(prepared, self.runtime, words)
         return LongformWalk(self.runtime, prepared.mel, prepared.content_frames, prepared.options, prepared.prompt,
-                            self.condition_on_previous_text)
+                            self.condition_on_previous_text, words)
 
     def window_decoder(self) -> WindowDecoder:
         return WindowDecoder(self.runtime, self.drafter,
@@ -162,11 +171,14 @@ class Transcriber:
         """The transcription of a prepared input whose walk is done (None: it was silent)."""
         if walk is None:
             return Transcription("", [], prepared.options.language, prepared.duration, prepared.timings,
-                                 prepared.source)
+                                 prepared.source, _language_probability(None, prepared.options.language))
         done = walk.result()
+        for index, segment in enumerate(done.segments):
+            segment.id = index
         text = "".join(s.text for s in done.segments).strip()
         return Transcription(text, done.segments, done.language, prepared.duration,
-                             {**prepared.timings, **_decode_stats(done.windows, done.stats)}, prepared.source)
+                             {**prepared.timings, **_decode_stats(done.windows, done.stats)}, prepared.source,
+                             _language_probability(done.windows[0], done.language))
 
     def _prompt_tokens(self, prompt: str | None) -> list[int]:
         if not prompt:
@@ -185,16 +197,18 @@ class PreparedAudio:
     options: DecodeOptions
     prompt: list[int]  # the initial prompt's tokens
     timings: dict
+    word_timestamps: bool = False
 
 
 class OneWindow:
     """The walk of an input of at most 30 s decoded without timestamps: one window, whose text is
     one segment spanning the audio (`LongformWalk` is the walk of the others)."""
 
-    def __init__(self, prepared: PreparedAudio, runtime: WhisperRuntime):
-        self.prepared, self.runtime = prepared, runtime
+    def __init__(self, prepared: PreparedAudio, runtime: WhisperRuntime, words: WordAligner | None = None):
+        self.prepared, self.runtime, self.words = prepared, runtime, words
         self.options, self.prompt = prepared.options, prepared.prompt
         self.window: WindowResult | None = None
+        self.segments: list[Segment] = []
 
     @property
     def done(self) -> bool:
@@ -203,16 +217,27 @@ class OneWindow:
     def window_mel(self) -> torch.Tensor:
         return self.prepared.mel[:, :N_FRAMES]
 
-    def advance(self, result: WindowResult) -> float:
+    def advance(self, result: WindowResult, hidden: torch.Tensor | None = None) -> float:
+        """Take the decoded window; `hidden`, its encoder output, is read for word timestamps."""
         self.window = result
+        text = self.runtime.decode_text(result.tokens)
+        duration = round(self.prepared.duration, 3)
+        self.segments = [Segment(0.0, duration, text, result.tokens, result.from_draft)] if text.strip() else []
+        carry_window_scores(self.segments, result)
+        if self.words is not None:
+            self.words.add(hidden, self.segments, result.language, 0.0, self.prepared.content_frames)
         return self.prepared.duration
 
     def result(self) -> LongformResult:
-        result = self.window
-        text = self.runtime.decode_text(result.tokens)
-        duration = round(self.prepared.duration, 3)
-        segments = [Segment(0.0, duration, text, result.tokens, result.from_draft)] if text.strip() else []
-        return LongformResult(segments, result.language, [result], result.stats)
+        return LongformResult(self.segments, self.window.language, [self.window], self.window.stats)
+
+
+def _language_probability(first_window: WindowResult | None, language: str | None) -> float | None:
+    """The detected language's probability; 1 for a language given (or the only one an English
+    model knows), as faster-whisper reports it; None when nothing was decoded to detect it."""
+    if first_window is not None and first_window.language_probability is not None:
+        return first_window.language_probability
+    return 1.0 if language is not None else None
 
 
 def _decode_stats(windows, stats: SpeculationStats) -> dict:

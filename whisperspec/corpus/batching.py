@@ -163,7 +163,7 @@ def _decode_round(transcriber, decoder, files: list[_File], on_progress) -> None
     options = files[0].walk.options
     results = decoder.decode_batch(window, options, [f.walk.prompt for f in files],
                                    [f.walk.options.language for f in files])
-    for file, result in zip(files, results):
-        seconds = file.walk.advance(result)
+    for file, result, alone in zip(files, results, windows):
+        seconds = file.walk.advance(result, alone.hidden)
         if on_progress:
             on_progress(seconds)

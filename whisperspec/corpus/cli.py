@@ -50,7 +50,7 @@ def corpus_engine(options: dict, args) -> Engine:
 
 
 def transcribe_corpus(sources: list[Source], engine: Engine, args, formats: list[str],
-                      print_result: Callable) -> int:
+                      print_result: Callable, subtitles=None) -> int:
     return run_corpus(sources, engine, output_dir=args.output_dir, formats=formats, overwrite=args.overwrite,
                       results_path=args.results, progress=not args.quiet,
-                      on_result=lambda result: print_result(result.transcription))
+                      on_result=lambda result: print_result(result.transcription), subtitles=subtitles)

@@ -33,8 +33,9 @@ def pending_sources(sources: list[Source], output_dir: Path | None, formats: lis
 
 def run_corpus(sources: list[Source], engine: Engine, *, output_dir: Path | None, formats: list[str],
                overwrite: bool = False, results_path: Path | None = None, progress: bool = True,
-               on_result: Callable[[FileResult], None] | None = None) -> int:
-    """Exit status: 0 when every file was transcribed, 1 when some failed or results could not be written."""
+               on_result: Callable[[FileResult], None] | None = None, subtitles=None) -> int:
+    """Exit status: 0 when every file was transcribed, 1 when some failed or results could not be written.
+    `subtitles`: how srt and vtt cues are built from word timestamps (`whisperspec.subtitles`)."""
     from whisperspec import output
 
     todo = pending_sources(sources, output_dir, formats, overwrite)
@@ -52,7 +53,7 @@ def run_corpus(sources: list[Source], engine: Engine, *, output_dir: Path | None
                 if result.ok and output_dir is not None:
                     try:
                         output.write_outputs(result.transcription, output_dir / result.source.name.parent,
-                                             result.source.name.name, formats)
+                                             result.source.name.name, formats, subtitles)
                     except OSError as error:  # a full or read-only disk: the other files would fail too
                         print(f"whisperspec: cannot write the results of {result.source.audio} to {output_dir}: "
                               f"{error.strerror or error}", file=sys.stderr)

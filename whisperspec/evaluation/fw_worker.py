@@ -3,7 +3,9 @@
 CTranslate2 running in a process slows torch down in that same process (its thread pools and
 allocator stay behind), so the evaluation never imports faster-whisper next to the systems it
 compares (docs/BENCHMARKS.md, "Measurements behind the code").
-Request: {"audio": path, "language": "en" | null}; reply: {"text", "seconds", "tokens"}.
+Request: {"audio": path, "language": "en" | null, "short": bool, "words": bool}; reply: {"text",
+"seconds", "tokens"} and, when "words" asks for word timestamps, "words": [[word, start, end,
+probability], ...].
 """
 
 from __future__ import annotations
@@ -24,14 +26,19 @@ def main() -> None:
         request = json.loads(line)
         start = time.perf_counter()
         # beam 1, no VAD: the same greedy decoding (with openai-whisper's temperature fallback) as ours
+        words = request.get("words", False)
         segments, _ = model.transcribe(request["audio"], language=request.get("language"), beam_size=1,
-                                       best_of=1, vad_filter=False, without_timestamps=request.get("short", True))
+                                       best_of=1, vad_filter=False, without_timestamps=request.get("short", True),
+                                       word_timestamps=words)
         segments = list(segments)
-        print(json.dumps({
+        reply = {
             "text": "".join(s.text for s in segments), "seconds": time.perf_counter() - start,
             "tokens": sum(len(s.tokens) for s in segments),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        }), flush=True)
+        }
+        if words:
+            reply["words"] = [[w.word, w.start, w.end, w.probability] for s in segments for w in s.words]
+        print(json.dumps(reply), flush=True)
 
 
 if __name__ == "__main__":

@@ -94,13 +94,21 @@ class FasterWhisperSystem:
         self.peak_rss_mb = 0.0
 
     def transcribe(self, utterance: Utterance) -> Output:
+        reply = self._request(utterance)
+        return Output(reply["text"], reply["seconds"], reply["tokens"])
+
+    def words(self, utterance: Utterance) -> list[tuple[str, float, float, float]]:
+        """faster-whisper's word timestamps: (word, start, end, probability) of each word."""
+        return [tuple(word) for word in self._request(utterance, words=True)["words"]]
+
+    def _request(self, utterance: Utterance, words: bool = False) -> dict:
         short = (utterance.duration or 0) <= 30
         self.process.stdin.write(json.dumps({"audio": utterance.audio, "language": utterance.language,
-                                             "short": short}) + "\n")
+                                             "short": short, "words": words}) + "\n")
         self.process.stdin.flush()
         reply = self._read()
         self.peak_rss_mb = max(self.peak_rss_mb, reply["peak_rss_mb"])
-        return Output(reply["text"], reply["seconds"], reply["tokens"])
+        return reply
 
     def _read(self) -> dict:
         line = self.process.stdout.readline()

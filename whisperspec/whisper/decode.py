@@ -54,6 +54,7 @@ class WindowResult:
     no_speech_prob: float
     from_draft: list[bool] = field(default_factory=list)
     stats: SpeculationStats = field(default_factory=SpeculationStats)
+    language_probability: float | None = None  # when the language was detected in this window
 
     def is_silence(self, options: "DecodeOptions") -> bool:
         """openai-whisper's no-speech rule: likely <|nospeech|> and an unconvincing transcript."""
@@ -108,16 +109,19 @@ class WindowDecoder:
         self.runtime, self.drafter, self.lookahead = runtime, drafter, lookahead
 
     @torch.inference_mode()
-    def detect_language(self) -> list[str]:
-        """Most likely language of each started window: the language token after <|startoftranscript|>."""
+    def detect_language(self) -> tuple[list[str], list[float]]:
+        """Most likely language of each started window (the language token after
+        <|startoftranscript|>) and its probability among the languages (a softmax over their
+        tokens only, as openai-whisper's)."""
         special, decoder = self.runtime.special, self.runtime.decoder
         if not special.is_multilingual:
-            return ["en"] * decoder.batch_size
+            return ["en"] * decoder.batch_size, [1.0] * decoder.batch_size
         logits = decoder.forward(torch.full((decoder.batch_size, 1), special.sot))[:, -1]
         decoder.rollback(0)
         codes = list(special.lang_to_id)
-        best = logits[:, [special.lang_to_id[c] for c in codes]].argmax(dim=-1)
-        return [codes[i] for i in best.tolist()]
+        probabilities = torch.softmax(logits[:, [special.lang_to_id[c] for c in codes]].float(), dim=-1)
+        best = probabilities.max(dim=-1)
+        return [codes[i] for i in best.indices.tolist()], best.values.tolist()
 
     def decode(self, window: EncodedWindow, options: DecodeOptions, prompt: list[int] = ()) -> WindowResult:
         return self.decode_batch(window, options, [prompt])[0]
@@ -134,8 +138,11 @@ class WindowDecoder:
             self.drafter.start_window(window)
         prompts = prompts or [[] for _ in range(len(window.hidden))]
         languages = list(languages or [options.language] * len(prompts))
-        if None in languages and special.is_multilingual:
-            languages = [given or detected for given, detected in zip(languages, self.detect_language())]
+        language_probabilities = [None] * len(prompts)
+        if None in languages:  # detected; an English-only model says "en" (probability 1) without a pass
+            detected, probabilities = self.detect_language()
+            language_probabilities = [None if given else p for given, p in zip(languages, probabilities)]
+            languages = [given or code for given, code in zip(languages, detected)]
         prefixes = [forced_prefix(special, p, lang, options) for p, lang in zip(prompts, languages)]
         filters = [WhisperLogitFilter(special, len(p), options.timestamps, runtime.vocab_size) for p in prefixes]
         max_new = [options.max_new_tokens or runtime.max_length - len(p) for p in prefixes]
@@ -157,12 +164,15 @@ class WindowDecoder:
                               held=0, on_prefill=read_no_speech, interrupt=options.interrupt,
                               stop=runaway if options.compression_ratio_threshold is not None else None)
         results = [self._result(out, lang, temperature, p) for out, lang, p in zip(outs, languages, no_speech)]
+        for result, probability in zip(results, language_probabilities):
+            result.language_probability = probability
         for row, result in enumerate(results):
             if higher and self._needs_fallback(result, options):
                 retry = replace(options, temperatures=tuple(higher), language=result.language)
                 single = EncodedWindow(window.mel[row:row + 1], window.hidden[row:row + 1])
                 results[row] = self.decode_batch(single, retry, [prompts[row]])[0]
                 results[row].stats.merge(result.stats)
+                results[row].language_probability = result.language_probability
         return results
 
     def _result(self, out, language: str | None, temperature: float, no_speech_prob: float) -> WindowResult:

@@ -79,21 +79,33 @@ class DecoderLayer(nn.Module):
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, k_cross: torch.Tensor,
                 v_cross: torch.Tensor) -> torch.Tensor:
-        # self-attention over the cache (past positions + these tokens)
+        hidden = self.attend_self(hidden, positions, mask, k_cache, v_cache)
+        hidden = self.attend_encoder(hidden, k_cross, v_cross)
+        return self.feed_forward(hidden)
+
+    def attend_self(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        """Self-attention over the cache (past positions + these tokens), residual added."""
         x = self.self_norm(hidden)
         q = self._heads(self.q(x) * self.scaling)
         self._write(k_cache, positions, self._heads(self.k(x)))
         self._write(v_cache, positions, self._heads(self.v(x)))
         end = int(positions.max()) + 1
         out = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
-        hidden = hidden + self.out(merge_heads(out))
-        # cross-attention on the window's encoder output (K/V precomputed once per window)
-        x = self.cross_norm(hidden)
-        q = self._heads(self.cross_q(x) * self.scaling)
-        out = F.scaled_dot_product_attention(q, k_cross, v_cross, scale=1.0)
-        hidden = hidden + self.cross_out(merge_heads(out))
-        # feed-forward (Whisper's exact GELU)
-        return hidden + self.fc2(F.gelu(self.fc1(self.ffn_norm(hidden))))
+        return hidden + self.out(merge_heads(out))
+
+    def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The scaled cross-attention queries [batch, heads, n, head_dim] (word alignment reads
+        their products with the keys: `whisperspec.whisper.alignment`)."""
+        return self._heads(self.cross_q(self.cross_norm(hidden)) * self.scaling)
+
+    def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
+        """Cross-attention on the window's encoder output (K/V precomputed once per window)."""
+        out = F.scaled_dot_product_attention(self.cross_queries(hidden), k_cross, v_cross, scale=1.0)
+        return hidden + self.cross_out(merge_heads(out))
+
+    def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden + self.fc2(F.gelu(self.fc1(self.ffn_norm(hidden))))  # Whisper's exact GELU
 
 
 class SingleRowPass(nn.Module):

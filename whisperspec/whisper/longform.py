@@ -3,7 +3,9 @@
 The same walk as openai-whisper's `transcribe()` and transformers' sequential long-form: decode a
 window with timestamps, cut it into segments at consecutive timestamp pairs, move the window to the
 last complete segment's end (or by a whole window), and condition the next window on the text
-so far.
+so far. With word timestamps each window's segments get their words; the windows move as they do
+without them (openai-whisper and faster-whisper move to the last word's end instead, which loses
+speech: docs/WORDS.md), so the text is the same with or without words.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 
 from whisperspec.result import Segment
 from whisperspec.speculative.stats import SpeculationStats
+from whisperspec.whisper.alignment import WordAligner
 from whisperspec.whisper.decode import DecodeOptions, WindowResult
 
 N_FRAMES = 3000  # mel frames per 30-s window
@@ -36,11 +39,13 @@ class LongformWalk:
     timestamps and text, so its windows are decoded in order.
 
     `mel` [n_mels, content_frames + N_FRAMES] is the whole file's log-mel, padded by one window.
+    `words`: add word timestamps with this aligner (then `advance` needs each window's encoder output).
     """
 
     def __init__(self, runtime, mel: torch.Tensor, content_frames: int, options: DecodeOptions,
-                 initial_prompt: list[int] = (), condition_on_previous_text: bool = True):
-        self.runtime, self.mel, self.content_frames = runtime, mel, content_frames
+                 initial_prompt: list[int] = (), condition_on_previous_text: bool = True,
+                 words: WordAligner | None = None):
+        self.runtime, self.mel, self.content_frames, self.words = runtime, mel, content_frames, words
         self.options = replace(options, timestamps=True)
         self.initial_prompt, self.condition_on_previous_text = list(initial_prompt), condition_on_previous_text
         self.seek, self.segments, self.windows, self.stats = 0, [], [], SpeculationStats()
@@ -53,13 +58,14 @@ class LongformWalk:
     def window_mel(self) -> torch.Tensor:
         return self.mel[:, self.seek:self.seek + N_FRAMES]
 
-    def advance(self, result: WindowResult) -> float:
-        """Take the decoded window; returns the seconds of the file's audio it moved past."""
+    def advance(self, result: WindowResult, hidden: torch.Tensor | None = None) -> float:
+        """Take the decoded window (`hidden`: its encoder output, read for word timestamps);
+        returns the seconds of the file's audio it moved past."""
         before = self.seek
-        self._advance(result)
+        self._advance(result, hidden)
         return (min(self.seek, self.content_frames) - before) / FRAMES_PER_SECOND
 
-    def _advance(self, result: WindowResult) -> None:
+    def _advance(self, result: WindowResult, hidden: torch.Tensor | None) -> None:
         runtime, special = self.runtime, self.runtime.special
         window_frames = min(N_FRAMES, self.content_frames - self.seek)
         offset = self.seek / FRAMES_PER_SECOND
@@ -73,6 +79,9 @@ class LongformWalk:
                                                           window_frames)
         for segment in new_segments:
             segment.text = runtime.decode_text(segment.tokens)
+        carry_window_scores(new_segments, result)
+        if self.words is not None:
+            self.words.add(hidden, new_segments, result.language, offset, window_frames)
         self.segments += [s for s in new_segments if s.text.strip()]
         if self.condition_on_previous_text and result.temperature <= 0.5:
             # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: without
@@ -84,6 +93,13 @@ class LongformWalk:
 
     def result(self) -> LongformResult:
         return LongformResult(self.segments, self.options.language, self.windows, self.stats)
+
+
+def carry_window_scores(segments: list[Segment], result: WindowResult) -> None:
+    """Each segment carries the scores of the window it was decoded in (faster-whisper's fields)."""
+    for segment in segments:
+        segment.avg_logprob, segment.compression_ratio = result.avg_logprob, result.compression_ratio
+        segment.no_speech_prob, segment.temperature = result.no_speech_prob, result.temperature
 
 
 def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from whisperspec.whisper.alignment import alignment_heads
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.tokens import WhisperTokens
@@ -42,6 +43,9 @@ class WhisperRuntime:
         int8 = compute_type == "int8"
         self.encoder = Encoder(model.model.encoder, int8=int8)
         self.decoder = KVDecoder.from_model(model, int8_cross=int8)
+        # the cross-attention heads word timestamps read (`whisperspec.whisper.alignment`)
+        self.alignment_heads = alignment_heads(generation_config or model.generation_config,
+                                               self.decoder.n_layers, self.decoder.n_heads)
         self.n_mels = model.config.num_mel_bins
         self.vocab_size = model.config.vocab_size
         self.max_length = model.config.max_target_positions
