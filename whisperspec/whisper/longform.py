@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from whisperspec.result import Segment
 from whisperspec.speculative.stats import SpeculationStats
-from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult
+from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult, window_prompt
 
 N_FRAMES = 3000  # mel frames per 30-s window
 FRAMES_PER_SECOND = 100
@@ -33,8 +33,10 @@ class LongformResult:
 
 def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frames: int, options: DecodeOptions,
                         initial_prompt: list[int] = (), condition_on_previous_text: bool = True,
-                        progress: bool = False, encoder_seconds: list | None = None) -> LongformResult:
-    """`mel` [n_mels, content_frames + N_FRAMES] is the whole file's log-mel, padded by one window."""
+                        progress: bool = False, encoder_seconds: list | None = None,
+                        carried: list[int] = ()) -> LongformResult:
+    """`mel` [n_mels, content_frames + N_FRAMES] is the whole file's log-mel, padded by one window.
+    `initial_prompt` starts the text so far; `carried` leads every window's prompt (`window_prompt`)."""
     runtime, special = decoder.runtime, decoder.runtime.special
     options = replace(options, timestamps=True)
     seek, segments, windows, stats = 0, [], [], SpeculationStats()
@@ -44,7 +46,7 @@ def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frame
         window_frames = min(N_FRAMES, content_frames - seek)
         offset = seek / FRAMES_PER_SECOND
         window = _encode(runtime, mel[:, seek:seek + N_FRAMES], encoder_seconds)
-        result = decoder.decode(window, options, prompt=context)
+        result = decoder.decode(window, options, prompt=window_prompt(carried, context))
         options = replace(options, language=result.language)  # detected once, on the first window
         windows.append(result)
         stats.merge(result.stats)
@@ -62,7 +64,7 @@ def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frame
             # them the model repeats the previous text (docs/BENCHMARKS.md)
             context += consumed
         else:
-            context = list(initial_prompt)  # a sampled window is a poor prompt for the next one
+            context = []  # a sampled window is a poor prompt for the next one (openai-whisper's reset)
         seek += advance
         bar.update(advance)
     bar.close()
