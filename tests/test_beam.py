@@ -120,6 +120,21 @@ def test_window_decoder_decodes_batches_by_beam_one_window_at_a_time():
     assert singles[0].avg_logprob >= greedy.avg_logprob - 0.5  # the same order of likelihood
 
 
+
+def test_best_of_keeps_the_likeliest_of_its_samples():
+    runtime = tiny_runtime(1)
+    window = runtime.encode(random_mel(1))
+    options = DecodeOptions(language="en", temperatures=(0.8,), max_new_tokens=20, seed=4)
+    samples = [WindowDecoder(runtime).decode(window, replace(options, seed=4 + i)) for i in range(3)]
+    assert len({tuple(s.tokens) for s in samples}) > 1
+
+    def rank(result) -> float:  # openai-whisper's: the summed log-probability over the length
+        return result.avg_logprob * (len(result.tokens) + 1) / len(result.tokens)
+
+    best = WindowDecoder(runtime).decode(window, replace(options, best_of=3))
+    assert best.tokens == max(samples, key=rank).tokens
+    assert best.stats.rounds == sum(s.stats.rounds for s in samples)  # all three were decoded
+
 @pytest.mark.real
 def test_beam_five_transcribes_real_speech_and_drafts_nothing():
     import json

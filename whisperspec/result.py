@@ -36,4 +36,5 @@ class Transcription:
         return [("audio", f"{self.duration:.2f} s"), ("features", f"{stats.get('features_ms', 0):.0f} ms"),
                 ("encoder", f"{stats.get('encoder_ms', 0):.0f} ms"), ("decoder", f"{stats.get('decoder_ms', 0):.0f} ms"),
                 ("tokens", str(tokens)), ("tokens/s", f"{tokens / decode_s:.1f}" if decode_s else "-"),
+                *([("beam", f"{stats['beam_size']} (not drafted)")] if "beam_size" in stats else []),
                 *speculation_rows(stats.get("speculation", {}))]
