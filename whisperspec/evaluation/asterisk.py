@@ -112,20 +112,43 @@ def _long_form_groups(pool: list[Utterance], minutes: float = 3.0, files: int = 
 
 def long_form(language: str = "en", minutes: float = 3.0, files: int = 4) -> list[Utterance]:
     """Prompts joined (1 s of silence between) into multi-minute files with joined references."""
-    manifest = cache_dir() / "datasets" / f"asterisk-{language}-long" / "manifest.jsonl"
+    pause = np.zeros(SAMPLE_RATE, dtype=np.float32)
+    return _joined_prompts(f"asterisk-{language}-long", language, minutes, files, lambda: pause)
+
+
+def long_form_with_pauses(language: str = "en", minutes: float = 3.0, files: int = 4,
+                          pauses: tuple[float, float] = (2.0, 8.0), noise: float = 0.003,
+                          seed: int = 0) -> list[Utterance]:
+    """The long-form files with longer pauses: pauses[0] to pauses[1] s (uniformly drawn) of room
+    noise at RMS `noise` after each prompt, the recordings VAD is for (`whisperspec bench-vad`)."""
+    rng = np.random.default_rng(seed)
+    name = f"asterisk-{language}-pauses-{minutes:g}m{files}-{pauses[0]:g}-{pauses[1]:g}s-noise{noise:g}-{seed}"
+    return _joined_prompts(name, language, minutes, files, lambda: room_noise(rng.uniform(*pauses), noise, rng))
+
+
+def room_noise(seconds: float, level: float, rng: np.random.Generator) -> np.ndarray:
+    """White noise at RMS `level` and a 50-Hz mains hum of that amplitude: a quiet room's pause."""
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    return (rng.normal(0, level, len(t)) + level * np.sin(2 * np.pi * 50 * t)).astype(np.float32)
+
+
+def _joined_prompts(name: str, language: str, minutes: float, files: int, pause) -> list[Utterance]:
+    """Consecutive prompts joined into multi-minute files, each followed by `pause()`, with joined
+    references; built once into the cache under `name`."""
+    manifest = cache_dir() / "datasets" / name / "manifest.jsonl"
     if manifest.is_file():
         return read_manifest(manifest)
-    pause = np.zeros(SAMPLE_RATE, dtype=np.float32)
     utterances = []
     for index, group in enumerate(_long_form_groups(prompts(language), minutes, files)):
-        pieces, texts, seconds = [], [], 0.0
+        pieces, texts = [], []
         for prompt in group:
             samples, _ = sf.read(prompt.audio, dtype="float32")
-            pieces += [samples, pause]
+            pieces += [samples, pause()]
             texts.append(prompt.text)
-            seconds += len(samples) / SAMPLE_RATE + 1
         target = manifest.parent / f"long-{index:02d}.flac"
         target.parent.mkdir(parents=True, exist_ok=True)
-        sf.write(target, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")
-        utterances.append(Utterance(f"long-{index:02d}", str(target), " ".join(texts), language, round(seconds, 3)))
+        audio = np.concatenate(pieces)
+        sf.write(target, audio, SAMPLE_RATE, subtype="PCM_16")
+        utterances.append(Utterance(f"long-{index:02d}", str(target), " ".join(texts), language,
+                                    round(len(audio) / SAMPLE_RATE, 3)))
     return read_manifest(write_manifest(utterances, manifest))
