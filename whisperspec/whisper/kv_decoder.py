@@ -172,10 +172,13 @@ class KVDecoder:
         continuations, several of one row or none of another). Only the self-attention entries
         written so far move: the rows of one window share its cross-attention keys/values."""
         sources = torch.as_tensor(sources, dtype=torch.long)
+        moved = (sources != torch.arange(len(sources))).nonzero().flatten()
+        if not len(moved):
+            return
         end = int(self.lengths.max())
         for k, v in self.self_kv:  # indexing by `sources` copies first, so a row may feed several
-            k[:, :, :end] = k[sources, :, :end]
-            v[:, :, :end] = v[sources, :, :end]
+            k[moved, :, :end] = k[sources[moved], :, :end]
+            v[moved, :, :end] = v[sources[moved], :, :end]
         self.lengths = self.lengths[:, sources]
         self.fed_tokens = self.fed_tokens[sources]
 
