@@ -114,6 +114,38 @@ def test_tsv_is_openai_whispers():
     assert file.getvalue() == "start\tend\ttext\n0\t1234\tPress one.\n2000\t3002\tthen two.\n"
 
 
+
+def test_window_prompts_carry_and_reset_as_openai_whispers():
+    """Hotwords and a carried initial prompt lead every window's prompt; the text so far follows,
+    and a window sampled above 0.5 (or --condition-on-previous-text False) resets it to nothing."""
+    import torch
+    from tiny_models import tiny_runtime
+    from whisperspec.whisper.decode import MAX_PROMPT_TOKENS, DecodeOptions, WindowDecoder, WindowResult, window_prompt
+    from whisperspec.whisper.longform import transcribe_longform
+
+    runtime = tiny_runtime(0)
+    begin = runtime.special.timestamp_begin
+
+    class Recorder(WindowDecoder):
+        def decode(self, window, options, prompt=()):
+            self.prompts.append(list(prompt))
+            tokens = [begin, 100 + len(self.prompts), begin + 50]  # one segment, then the speech ends
+            return WindowResult(tokens, "en", next(self.temperatures), -0.1, 1.0, 0.0, [False] * 3)
+
+    def prompts(condition: bool) -> list[list[int]]:
+        recorder = Recorder(runtime)
+        recorder.prompts, recorder.temperatures = [], iter([0.0, 0.8, 0.0, 0.0])
+        transcribe_longform(recorder, torch.zeros(80, 5 * 3000), 4 * 3000, DecodeOptions(language="en"),
+                            initial_prompt=[7], condition_on_previous_text=condition, carried=[5])
+        return recorder.prompts
+
+    assert prompts(True) == [[5, 7], [5, 7, begin, 101, begin + 50], [5], [5, begin, 103, begin + 50]]
+    assert prompts(False) == [[5, 7], [5], [5], [5]]
+    # at most MAX_PROMPT_TOKENS in all, what is carried kept whole
+    carried, context = list(range(100)), list(range(1000, 1300))
+    assert window_prompt(carried, context) == carried + context[-(MAX_PROMPT_TOKENS - 100):]
+    assert window_prompt(list(range(300)), context) == list(range(300))[-MAX_PROMPT_TOKENS:]
+
 @pytest.mark.real
 def test_a_typical_openai_whisper_command_line_runs_unchanged(tmp_path, monkeypatch, capsys):
     from whisperspec.evaluation.scoring import score
@@ -129,6 +161,11 @@ def test_a_typical_openai_whisper_command_line_runs_unchanged(tmp_path, monkeypa
     assert score(["Weasels have eaten our phone system"], [text], "en").wer <= 0.2, text  # base hears "even"
     # --output_format alone writes to the current folder, as openai-whisper does
     assert cli_main(["transcribe", "audio.flac", "--model", "tiny.en", "-f", "tsv", "--verbose", "True",
-                     "--beam_size", "2", "--best_of", "2"]) == 0
-    assert capsys.readouterr().out.startswith("[00:00.000 --> 00:02.")
-    assert (tmp_path / "audio.tsv").read_text().startswith("start\tend\ttext\n0\t")
+                     "--beam_size", "2", "--best_of", "2", "--vad"]) == 0
+    assert capsys.readouterr().out.startswith("[00:0")
+    header, first = (tmp_path / "audio.tsv").read_text().splitlines()[:2]
+    assert header == "start\tend\ttext" and first.split("\t")[0].isdigit() and "phone system" in first
+    # faster-whisper's hotwords lead the prompt: base hears "While those premier provider" without them
+    assert cli_main(["transcribe", str(CLIPS / "basic-pbx-ivr-main.flac"), "--language", "en", "--hotwords",
+                     "Super Awesome Company, Waldo", "--condition_on_previous_text", "False"]) == 0
+    assert "Waldo's premier provider" in capsys.readouterr().out
