@@ -3,6 +3,7 @@
     transcribe   audio files -> text (+ srt/vtt/json), optionally with a drafter
     import-ct2   a faster-whisper (CTranslate2) checkpoint -> transformers
     bench        decoder costs and decode-phase speed of each drafter, side by side
+    bench-startup  one short file from the command line, whole processes, vs faster-whisper
     evaluate     WER and latency against transformers and faster-whisper
     bench-vad    what VAD does to speed and WER on long recordings with pauses
     generate     speculative generation with a causal text LM
@@ -29,6 +30,7 @@ from whisperspec.spec import SpecError
 # Subcommands that parse their own arguments: `whisperspec NAME ...` calls MODULE.FUNCTION(argv).
 DELEGATED = {
     "bench": ("whisperspec.whisper.bench:main", "decoder costs and decode-phase speed per drafter"),
+    "bench-startup": ("whisperspec.whisper.startup:main", "one short file, whole processes, vs faster-whisper"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
     "bench-vad": ("whisperspec.evaluation.vad_bench:main", "what --vad does to speed and WER on audio with pauses"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
@@ -127,11 +129,11 @@ def _run_transcribe(args) -> int:
         args.output_dir = Path(".")
     if args.output_dir and not _writable_folder(args.output_dir):
         return 2
-    from transformers.utils import logging as transformers_logging
-
     from whisperspec.transcribe import Transcriber
 
-    transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar, on a cold disk
+    # transformers' per-tensor "Loading weights" bar, where a model loads through it (a hub id);
+    # set in the environment: importing transformers to switch it off would cost the start-up
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
                                   lookahead=args.lookahead, language=args.language, task=args.task,
@@ -143,7 +145,7 @@ def _run_transcribe(args) -> int:
     except (OSError, ValueError) as error:  # each names the option, the model or the drafter
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
-    if transcriber.drafter and transcriber.options.beam_size > 1:
+    if transcriber.options.beam_size > 1 and args.draft != defaults.DRAFT and transcriber.drafter:
         warnings.warn(f"--draft {args.draft} drafts only windows decoded by sampling (fallback): beam search "
                       "(--beam-size > 1) is not drafted")
     failed = 0

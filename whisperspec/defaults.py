@@ -2,7 +2,9 @@
 and the text-LM module all read them from here. Why each value: docs/BENCHMARKS.md."""
 
 MODEL = "base"
-DRAFT = "none"  # plain greedy decoding: the reference every drafter must equal
+# The fastest drafter for the audio at hand, chosen as decoding goes (`none`, plain greedy decoding,
+# is the reference every drafter must equal, token for token)
+DRAFT = "auto"
 
 # Tokens drafted per round. Whisper: a fixed 3 was the fastest policy measured with base's trained
 # draft end to end and on long-form. Text LMs: n-gram lookup pays off on long copied runs.

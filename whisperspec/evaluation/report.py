@@ -11,10 +11,11 @@ import numpy as np
 from whisperspec.atomic import atomic_write
 from whisperspec.evaluation.scoring import score
 
-REFERENCE_SYSTEM = "whisperspec"  # plain greedy: what every whisperspec drafter must reproduce
+REFERENCE_SYSTEM = "whisperspec:none"  # plain greedy: what every whisperspec drafter must reproduce
 # Each family's own greedy output, which its drafting variants are compared with (transformers'
 # assisted Whisper generation switches off begin_suppress_tokens and may differ: reported, not hidden)
-FAMILY_GREEDY = {"whisperspec": "whisperspec", "whisperspec-int8": "whisperspec-int8", "transformers": "transformers"}
+FAMILY_GREEDY = {"whisperspec": "whisperspec:none", "whisperspec-int8": "whisperspec-int8:none",
+                 "transformers": "transformers"}
 
 
 def summarize(utterances, outputs: dict[str, list], peak_rss_mb: dict[str, float]) -> dict:
@@ -75,7 +76,7 @@ def _maybe(value, fmt: str) -> str:
 def write_report(out_dir: Path, utterances, outputs: dict, summary: dict, header: str) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    baselines = [b for b in ("whisperspec", "whisperspec-int8", "transformers", "faster-whisper:int8",
+    baselines = [b for b in ("whisperspec:none", "whisperspec-int8:none", "transformers", "faster-whisper:int8",
                              "faster-whisper:float32") if b in summary]
     per_utterance = [{"id": u.id, "duration": u.duration, "reference": u.text,
                       **{name: {"text": outs[i].text, "seconds": outs[i].seconds} for name, outs in outputs.items()}}

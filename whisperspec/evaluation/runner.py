@@ -1,7 +1,7 @@
 """`whisperspec evaluate`: WER and latency of several systems on the same audio, in one run.
 
     whisperspec evaluate --dataset asterisk-en --limit 50 --out eval/ \\
-        --systems whisperspec whisperspec:int8@6 transformers faster-whisper:int8 faster-whisper:float32
+        --systems whisperspec:none whisperspec transformers faster-whisper:int8 faster-whisper:float32
 
 Every system transcribes every utterance; the order of systems rotates from one utterance to the
 next so that drift on a shared machine hits all alike; a first utterance warms each system up and
@@ -23,7 +23,7 @@ from whisperspec.evaluation.report import summarize, write_report
 from whisperspec.evaluation.systems import FasterWhisperSystem, Output, build_system, parse_system_spec
 from whisperspec.spec import SpecError
 
-DEFAULT_SYSTEMS = ["whisperspec", "whisperspec:int8:6", "transformers", "faster-whisper:int8",
+DEFAULT_SYSTEMS = ["whisperspec:none", "whisperspec", "transformers", "faster-whisper:int8",
                    "faster-whisper:float32"]
 
 

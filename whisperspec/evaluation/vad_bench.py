@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pauses", default="2,8", help="MIN,MAX seconds of each pause (default %(default)s)")
     parser.add_argument("--noise", type=float, default=0.003, help="RMS of the pauses' noise (default %(default)s)")
     parser.add_argument("--model", default=defaults.MODEL)
-    parser.add_argument("--draft", default=defaults.DRAFT, help="DRAFT[@LOOKAHEAD] for both runs (default none)")
+    parser.add_argument("--draft", default=defaults.DRAFT, help="DRAFT[@LOOKAHEAD] for both runs (default %(default)s)")
     parser.add_argument("--beam-size", type=int, default=defaults.BEAM_SIZE)
     parser.add_argument("--repeats", type=int, default=1, help="times each file is transcribed (median kept)")
     parser.add_argument("--out", type=Path, default=Path("eval-vad"))
@@ -43,15 +43,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from whisperspec.evaluation.asterisk import long_form_with_pauses
-    from whisperspec.evaluation.report import summarize, write_report
+    from whisperspec.evaluation.report import speedups, summarize, write_report
     from whisperspec.evaluation.runner import evaluate
     from whisperspec.evaluation.systems import WhisperspecSystem
+    from whisperspec.spec import SpecError
     from whisperspec.whisper.drafters import parse_draft_spec
 
-    draft = parse_draft_spec(args.draft)
+    try:
+        draft = parse_draft_spec(args.draft)
+    except SpecError as error:
+        print(f"whisperspec bench-vad: --draft: {error}", file=sys.stderr)
+        return 2
     utterances = long_form_with_pauses("en", args.minutes, args.files, (low, high), args.noise)
+    plain, with_vad = f"whisperspec:{draft}", f"whisperspec:{draft}+vad"
     systems = {name: WhisperspecSystem(name, args.model, draft, vad=vad, beam_size=args.beam_size)
-               for name, vad in (("whisperspec", False), ("whisperspec+vad", True))}
+               for name, vad in ((plain, False), (with_vad, True))}
     outputs = evaluate(utterances, systems, args.repeats, progress=not args.quiet)
     summary = summarize(utterances, outputs, {})
     audio = sum(u.duration for u in utterances)
@@ -60,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
               f"repeats {args.repeats}")
     paths = write_report(args.out, utterances, outputs, summary, header)
     print(paths["md"].read_text())
-    print(_what_vad_kept(systems["whisperspec+vad"].transcriber.speech_detector, utterances))
+    ratio = speedups(outputs[plain], outputs[with_vad])
+    print(f"with VAD: {ratio['total']:.2f}x as fast in all (median per file {ratio['median']:.2f}x); "
+          f"WER {summary[plain]['wer']:.2%} without, {summary[with_vad]['wer']:.2%} with")
+    print(_what_vad_kept(systems[with_vad].transcriber.speech_detector, utterances))
     print("written:", ", ".join(str(p) for p in paths.values()))
     return 0
 

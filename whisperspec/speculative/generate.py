@@ -115,8 +115,9 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                 out.tokens, out.logprobs, out.from_draft = out.tokens[:cut], out.logprobs[:cut], out.from_draft[:cut]
             if cut is not None or emitted[-1] == eos_token_id or len(out.tokens) >= max_new_tokens:
                 finished.append(r)
-        for r, v in zip(active, verdicts) if drafter else ():
-            drafter.learn(rows[r], v)
+        verify_seconds = None if prefilling else t2 - t1  # a pass that also read a prompt is no verify cost
+        for i, (r, p, v) in enumerate(zip(active, proposals, verdicts)) if drafter else ():
+            drafter.learn(rows[r], v, logits[i, :len(p.tokens) + 1], t1 - t0, verify_seconds)
         for v in verdicts if not prefilling else ():  # a pass that also read a prompt is no verify cost
             lookahead.update(v, t1 - t0, t2 - t1)
         tail, prefilling = 1, False
