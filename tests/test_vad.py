@@ -90,6 +90,7 @@ def test_speech_between_long_noisy_pauses_gives_the_same_words_at_the_original_t
     sf.write(path, np.concatenate([*pieces, pauses[-1]]), SAMPLE_RATE)
     result = with_vad.transcribe(path)
     assert result.duration > 30 and result.stats["vad"]["regions"] == 3
+    assert dict(result.stats_rows())["VAD"].endswith("ms") and 11 < result.stats["vad"]["speech_s"] < 17
 
     # the words of the speech alone (joined with short pauses, no noise, no VAD), but for a word or
     # two: Whisper hears the 0.4 s of noise VAD keeps around each region
