@@ -55,7 +55,7 @@ def test_openai_whisper_options_reach_the_transcriber(transcriber_arguments, tmp
         "--threads", "0", "--output_dir", str(tmp_path), "-f", "tsv", "--verbose", "False", "--device", "cpu")
     assert seen["temperature"] == (0.2, 0.5, 0.8)  # numpy.arange(0.2, 1.0 + 1e-6, 0.3)
     assert (seen["condition_on_previous_text"], seen["carry_initial_prompt"]) == (False, True)
-    assert (seen["beam_size"], seen["best_of"], seen["patience"], seen["length_penalty"]) == ("5", "5", "2", "0.5")
+    assert (seen["beam_size"], seen["best_of"], seen["patience"], seen["length_penalty"]) == (5, "5", "2", "0.5")
     assert (seen["compression_ratio_threshold"], seen["logprob_threshold"]) == ("None", "-0.8")
     assert seen["initial_prompt"] == "Weasels." and seen["language"] == "English" and not seen["vad"]
 
@@ -120,24 +120,21 @@ def test_window_prompts_carry_and_reset_as_openai_whispers():
     and a window sampled above 0.5 (or --condition-on-previous-text False) resets it to nothing."""
     import torch
     from tiny_models import tiny_runtime
-    from whisperspec.whisper.decode import MAX_PROMPT_TOKENS, DecodeOptions, WindowDecoder, WindowResult, window_prompt
-    from whisperspec.whisper.longform import transcribe_longform
+    from whisperspec.whisper.decode import MAX_PROMPT_TOKENS, DecodeOptions, WindowResult, window_prompt
+    from whisperspec.whisper.longform import LongformWalk
 
     runtime = tiny_runtime(0)
     begin = runtime.special.timestamp_begin
 
-    class Recorder(WindowDecoder):
-        def decode(self, window, options, prompt=()):
-            self.prompts.append(list(prompt))
-            tokens = [begin, 100 + len(self.prompts), begin + 50]  # one segment, then the speech ends
-            return WindowResult(tokens, "en", next(self.temperatures), -0.1, 1.0, 0.0, [False] * 3)
-
     def prompts(condition: bool) -> list[list[int]]:
-        recorder = Recorder(runtime)
-        recorder.prompts, recorder.temperatures = [], iter([0.0, 0.8, 0.0, 0.0])
-        transcribe_longform(recorder, torch.zeros(80, 5 * 3000), 4 * 3000, DecodeOptions(language="en"),
+        walk = LongformWalk(runtime, torch.zeros(80, 5 * 3000), 4 * 3000, DecodeOptions(language="en"),
                             initial_prompt=[7], condition_on_previous_text=condition, carried=[5])
-        return recorder.prompts
+        seen, temperatures = [], iter([0.0, 0.8, 0.0, 0.0])
+        while not walk.done:
+            seen.append(walk.prompt)
+            tokens = [begin, 100 + len(seen), begin + 50]  # one segment, then the speech ends
+            walk.advance(WindowResult(tokens, "en", next(temperatures), -0.1, 1.0, 0.0, [False] * 3))
+        return seen
 
     assert prompts(True) == [[5, 7], [5, 7, begin, 101, begin + 50], [5], [5, begin, 103, begin + 50]]
     assert prompts(False) == [[5, 7], [5], [5], [5]]

@@ -147,7 +147,10 @@ def test_cli_reports_bad_files_and_transcribes_the_rest(tmp_path, capsys):
     for name in ("empty.wav", "notes.wav", "missing.flac"):
         assert name in captured.err
     assert "weasels" in captured.out.lower()
-    assert sorted(p.name for p in out.iterdir()) == ["tt-weasels.json", "tt-weasels.srt", "tt-weasels.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["results.jsonl", "tt-weasels.json", "tt-weasels.srt",
+                                                     "tt-weasels.txt"]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["status"] for r in rows) == ["error", "error", "error", "ok"]
     assert json.loads((out / "tt-weasels.json").read_text())["text"]
 
 

@@ -32,7 +32,7 @@ SILENCE_PEAK = 1e-3
 READ_BLOCK_SECONDS = 30  # a file is read (and resampled) this much at a time
 
 # Headerless formats: nothing in the file tells FFmpeg what it is, so the extension must.
-RAW_FORMATS = {".g722": "g722"}
+RAW_FORMATS = {".g722": "g722", ".gsm": "gsm"}
 
 
 class AudioError(ValueError):
@@ -108,17 +108,19 @@ def _read_file(path: Path, max_seconds: float) -> np.ndarray:
         raise AudioError(f"{path}: not a regular file (a FIFO, socket or device is not read)")
     if info.st_size == 0:
         raise AudioError(f"{path}: file is empty (0 bytes)")
-    try:
-        return _read_with_soundfile(path, max_seconds)
-    except sf.SoundFileError as soundfile_error:
-        import av  # imported here: libsndfile reads the common formats, and PyAV's import is slow
-
+    tried = ""
+    if path.suffix.lower() not in RAW_FORMATS:  # a headerless file is for FFmpeg, told its format
         try:
-            return _read_with_pyav(path, max_seconds)
-        except av.error.FFmpegError as pyav_error:
-            raise AudioError(
-                f"{path}: cannot be decoded as audio: not an audio file, or truncated/corrupt "
-                f"(soundfile: {_reason(soundfile_error)}; PyAV: {_reason(pyav_error)})") from pyav_error
+            return _read_with_soundfile(path, max_seconds)
+        except sf.SoundFileError as soundfile_error:
+            tried = f"soundfile: {_reason(soundfile_error)}; "
+    import av  # imported here: libsndfile reads the common formats, and PyAV's import is slow
+
+    try:
+        return _read_with_pyav(path, max_seconds)
+    except av.error.FFmpegError as pyav_error:
+        raise AudioError(f"{path}: cannot be decoded as audio: not an audio file, or truncated/corrupt "
+                         f"({tried}PyAV: {_reason(pyav_error)})") from pyav_error
 
 
 def _read_with_soundfile(path: Path, max_seconds: float) -> np.ndarray:

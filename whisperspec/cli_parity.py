@@ -98,10 +98,14 @@ def parity_settings(args: argparse.Namespace) -> dict:
                       if getattr(args, f"vad_{name}") is not None}
     if vad_parameters and not vad:
         raise ValueError(f"--vad-{next(iter(vad_parameters)).replace('_', '-')}: needs --vad")
+    beam_size = options.whole_number("beam size", args.beam_size)
+    if beam_size > 1 and args.draft not in (defaults.DRAFT, "none"):
+        warnings.warn(f"--draft {args.draft} drafts only windows decoded by sampling (fallback): beam search "
+                      "(--beam-size > 1) is not drafted")
     settings = dict(
         temperature=options.temperature_schedule(args.temperature, args.temperature_increment_on_fallback),
         compression_ratio_threshold=args.compression_ratio_threshold, logprob_threshold=args.logprob_threshold,
-        no_speech_threshold=args.no_speech_threshold, beam_size=args.beam_size, patience=args.patience,
+        no_speech_threshold=args.no_speech_threshold, beam_size=beam_size, patience=args.patience,
         length_penalty=args.length_penalty, best_of=args.best_of, hotwords=args.hotwords,
         condition_on_previous_text=options.boolean("condition on previous text", args.condition_on_previous_text),
         carry_initial_prompt=options.boolean("carry initial prompt", args.carry_initial_prompt),

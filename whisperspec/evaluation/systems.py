@@ -44,7 +44,9 @@ class WhisperspecSystem:
     def transcribe(self, utterance: Utterance) -> Output:
         start = time.perf_counter()
         result = self.transcriber.transcribe(utterance.audio, language=utterance.language)
-        return Output(result.text, time.perf_counter() - start, result.stats["tokens"], result.stats["speculation"])
+        seconds = time.perf_counter() - start
+        stats = {**result.stats.get("speculation", {}), "decoder_ms": result.stats.get("decoder_ms", 0.0)}
+        return Output(result.text, seconds, result.stats.get("tokens", 0), stats)
 
 
 class TransformersSystem:

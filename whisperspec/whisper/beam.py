@@ -45,12 +45,12 @@ def length_penalty_score(sum_logprob: float, length: int, length_penalty: float 
 @torch.inference_mode()
 def beam_search(decoder: KVDecoder, prefix: list[int], max_new_tokens: int, eot: int, logit_filter: LogitFilter,
                 beam_size: int, patience: float = 1.0, length_penalty: float | None = None,
-                on_prefill: Callable[[torch.Tensor], None] | None = None,
+                on_prefill: Callable[[int, torch.Tensor], None] | None = None,
                 stop: Callable[[int, list[int]], int | None] | None = None) -> Generation:
     """The best continuation of `prefix` (end-of-text included when it ended), over the window the
     decoder was started on (one row, empty cache).
 
-    on_prefill: receives the logits [1, len(prefix), vocab] of the prefix, as `generate_batch`'s.
+    on_prefill: receives (0, the logits [len(prefix), vocab] of the prefix), as `generate_batch`'s.
     stop: `generate_batch`'s early end (`RunawayStop`), asked about the best live hypothesis after
     each step; when it cuts, that hypothesis is the result.
     """
@@ -64,7 +64,7 @@ def beam_search(decoder: KVDecoder, prefix: list[int], max_new_tokens: int, eot:
     decoder.rollback(0)
     logits = decoder.forward(torch.tensor([prefix]))
     if on_prefill:
-        on_prefill(logits)
+        on_prefill(0, logits[0])
     live, finished = [Hypothesis()], {}
     for step in range(max_new_tokens):
         live, newly_finished, sources = _step(live, logits[:, -1], prefix, logit_filter, beam_size, eot)

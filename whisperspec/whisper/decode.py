@@ -135,35 +135,35 @@ class WindowDecoder:
         return self.decode_batch(window, options, [prompt])[0]
 
     @torch.inference_mode()
-    def decode_batch(self, window: EncodedWindow, options: DecodeOptions,
-                     prompts: list[list[int]] | None = None) -> list[WindowResult]:
-        """Decode every row of `window` together. Rows whose text fails the fallback checks are
-        decoded again, alone, at the next temperature."""
+    def decode_batch(self, window: EncodedWindow, options: DecodeOptions, prompts: list[list[int]] | None = None,
+                     languages: list[str | None] | None = None) -> list[WindowResult]:
+        """Decode every row of `window` together, each with its own prompt (of any length) and
+        language (`languages`, default `options.language`; None: detected). Rows whose text fails
+        the fallback checks are decoded again, alone, at the next temperature."""
         runtime, special = self.runtime, self.runtime.special
         prompts = prompts or [[] for _ in range(len(window.hidden))]
+        languages = list(languages or [options.language] * len(prompts))
         temperature, *higher = options.temperatures
         beam = temperature == 0 and options.beam_size > 1
         if beam and len(prompts) > 1:  # a beam's hypotheses are the rows of a batch: one window at a time
-            return [self.decode_batch(_row(window, row), options, [prompt])[0] for row, prompt in enumerate(prompts)]
+            return [self.decode_batch(_row(window, row), options, [prompt], [language])[0]
+                    for row, (prompt, language) in enumerate(zip(prompts, languages))]
         runtime.decoder.start(window.hidden)
         if self.drafter and not beam:  # beam search drafts nothing
             self.drafter.start_window(window)
-        languages = [options.language] * len(prompts)
-        if options.language is None and special.is_multilingual:
-            languages = self.detect_language()
+        if None in languages and special.is_multilingual:
+            languages = [given or detected for given, detected in zip(languages, self.detect_language())]
         prefixes = [forced_prefix(special, p, lang, options) for p, lang in zip(prompts, languages)]
-        if len({len(p) for p in prefixes}) > 1:
-            raise ValueError("rows decoded together need prompts of the same length")
         filters = [WhisperLogitFilter(special, len(p), options.timestamps, runtime.vocab_size) for p in prefixes]
-        max_new = options.max_new_tokens or runtime.max_length - len(prefixes[0])
-        no_speech = []  # P(<|nospeech|>) after <|sot|>, read from the pass that reads the prefix
+        max_new = [options.max_new_tokens or runtime.max_length - len(p) for p in prefixes]
+        no_speech = [0.0] * len(prefixes)  # P(<|nospeech|>) after <|sot|>, from the pass reading the prefix
 
-        def read_no_speech(logits: torch.Tensor) -> None:
-            sot = prefixes[0].index(special.sot)
-            no_speech.extend(torch.softmax(logits[:, sot].float(), dim=-1)[:, special.no_speech].tolist())
+        def read_no_speech(row: int, logits: torch.Tensor) -> None:
+            sot = prefixes[row].index(special.sot)
+            no_speech[row] = float(torch.softmax(logits[sot].float(), dim=-1)[special.no_speech])
 
         if beam:
-            outs = [beam_search(runtime.decoder, prefixes[0], max_new, special.eot, filters[0], options.beam_size,
+            outs = [beam_search(runtime.decoder, prefixes[0], max_new[0], special.eot, filters[0], options.beam_size,
                                 options.patience, options.length_penalty, on_prefill=read_no_speech,
                                 stop=self._runaway_stop(options))]
         else:
@@ -181,7 +181,7 @@ class WindowDecoder:
                 results[row].stats.merge(result.stats)
         return results
 
-    def _generate(self, window: EncodedWindow, prefixes: list[list[int]], filters: list, max_new: int,
+    def _generate(self, window: EncodedWindow, prefixes: list[list[int]], filters: list, max_new: list[int],
                   temperature: float, options: DecodeOptions, seed: int, on_prefill=None,
                   restart: bool = False) -> list:
         """One generation of every row from its prefix. The prefix is read by the loop's first pass,
