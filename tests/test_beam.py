@@ -135,6 +135,19 @@ def test_best_of_keeps_the_likeliest_of_its_samples():
     assert best.tokens == max(samples, key=rank).tokens
     assert best.stats.rounds == sum(s.stats.rounds for s in samples)  # all three were decoded
 
+
+def test_corpus_batches_give_each_file_its_beam_transcript(tmp_path):
+    """transcribe_many decodes the windows of several files together; with a beam, each window
+    is searched on its own, and each file reads as it does alone."""
+    from test_corpus import _same, noise_files, tiny_transcriber
+
+    transcriber = tiny_transcriber(2, timestamps=True, temperatures=(0.0,), beam_size=3)
+    paths = noise_files(tmp_path, [3, 41, 9])
+    alone = {str(p): transcriber.transcribe(p) for p in paths}
+    assert all(r.stats["beam_size"] == 3 for r in alone.values())
+    for result in transcriber.transcribe_many(paths, batch_size=3):
+        assert _same(result.transcription, alone[result.source.audio]), result.source.audio
+
 @pytest.mark.real
 def test_beam_five_transcribes_real_speech_and_drafts_nothing():
     import json

@@ -92,6 +92,11 @@ def test_speech_between_long_noisy_pauses_gives_the_same_words_at_the_original_t
     assert result.duration > 30 and result.stats["vad"]["regions"] == 3
     assert dict(result.stats_rows())["VAD"].endswith("ms") and 11 < result.stats["vad"]["speech_s"] < 17
 
+    # corpus mode (windows of several files batched) gives the same segments
+    batched = [r.transcription for r in with_vad.transcribe_many([str(path), str(path)], batch_size=2)]
+    assert all([(s.start, s.end, s.text) for s in b.segments] == [(s.start, s.end, s.text) for s in result.segments]
+               for b in batched)
+
     # the words of the speech alone (joined with short pauses, no noise, no VAD), but for a word or
     # two: Whisper hears the 0.4 s of noise VAD keeps around each region
     plain = copy.copy(with_vad)
