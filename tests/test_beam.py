@@ -148,6 +148,21 @@ def test_corpus_batches_give_each_file_its_beam_transcript(tmp_path):
     for result in transcriber.transcribe_many(paths, batch_size=3):
         assert _same(result.transcription, alone[result.source.audio]), result.source.audio
 
+
+def test_an_interrupt_abandons_a_beam_search():
+    """DecodeOptions.interrupt (the demo's cancel and time budget) is called before every pass."""
+    runtime, window, options, prefix = window_setup(0, False)
+    calls = []
+
+    def interrupt():
+        calls.append(len(calls))
+        if len(calls) > 3:
+            raise TimeoutError("the request's time is up")
+
+    with pytest.raises(TimeoutError):
+        WindowDecoder(runtime).decode(window, replace(options, beam_size=2, interrupt=interrupt))
+    assert len(calls) == 4
+
 @pytest.mark.real
 def test_beam_five_transcribes_real_speech_and_drafts_nothing():
     import json

@@ -88,7 +88,7 @@ def test_text_lm_drafts_use_the_same_grammar():
 
 @pytest.mark.real
 def test_evaluate_runs_the_lookahead_it_is_given(monkeypatch):
-    """`whisperspec:auto@confidence:0.4` decodes with the confidence policy at 0.4, and its tokens
+    """`whisperspec:int8@confidence:0.4` decodes with the confidence policy at 0.4, and its tokens
     are plain greedy's."""
     from whisperspec.evaluation.systems import build_system
     from whisperspec.whisper import decode
@@ -101,8 +101,8 @@ def test_evaluate_runs_the_lookahead_it_is_given(monkeypatch):
         original(self, runtime, drafter, lookahead)
 
     monkeypatch.setattr(decode.WindowDecoder, "__init__", spy)
-    system = build_system("whisperspec:auto@confidence:0.4", "tiny.en")
-    plain = build_system("whisperspec", "tiny.en")
+    system = build_system("whisperspec:int8@confidence:0.4", "tiny.en")
+    plain = build_system("whisperspec:none", "tiny.en")
     from whisperspec.evaluation.datasets import Utterance
     from pathlib import Path
 

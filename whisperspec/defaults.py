@@ -53,3 +53,7 @@ VAD_MIN_SILENCE_DURATION_MS, VAD_SPEECH_PAD_MS = 2000, 400
 
 # `whisperspec distill`
 DISTILL_EPOCHS = 5
+
+# The demo's live microphone: new audio between two readings of the growing buffer (whisper_streaming's
+# default minimum chunk; each reading re-decodes the buffer, so a shorter step costs more CPU).
+LIVE_STEP_SECONDS = 1.0

@@ -54,7 +54,8 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                    generator: torch.Generator | None = None, noise: GumbelNoise | None = None,
                    on_tokens: Callable[[int, list[int]], None] | None = None, held: int | None = None,
                    on_prefill: Callable[[int, torch.Tensor], None] | None = None,
-                   stop: Callable[[int, list[int]], int | None] | None = None) -> list[Generation]:
+                   stop: Callable[[int, list[int]], int | None] | None = None,
+                   interrupt: Callable[[], None] | None = None) -> list[Generation]:
     """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`, or, with
     `held`, just the first `held` tokens of every row: the first round then feeds the rest together
     with the first draft, so a prompt is read in the pass that verifies that draft (one target pass
@@ -69,6 +70,8 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
     `stop(row, new_tokens)` may end a row early: it returns the number of new tokens to keep, or
     None to go on. It must decide from the tokens alone (not from where rounds happened to end), so
     a row stops at the same token with or without a drafter.
+    `interrupt()` is called before every round: whatever it raises abandons the decode there (a
+    request cancelled, or over its time budget), leaving the caches to the next start.
     """
     lookahead = lookahead or Fixed(0)
     filters = list(logit_filters or [no_filter] * len(sequences))
@@ -83,6 +86,8 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
         raise ValueError(f"every row must leave at least one token to the first pass, not {tails}")
     prefilling = held is not None
     while active:
+        if interrupt:
+            interrupt()
         t0 = time.perf_counter()
         room = min(limits[r] - len(outs[r].tokens) for r in active)
         k = min(lookahead.k(), room - 1) if drafter else 0

@@ -46,13 +46,15 @@ def length_penalty_score(sum_logprob: float, length: int, length_penalty: float 
 def beam_search(decoder: KVDecoder, prefix: list[int], max_new_tokens: int, eot: int, logit_filter: LogitFilter,
                 beam_size: int, patience: float = 1.0, length_penalty: float | None = None,
                 on_prefill: Callable[[int, torch.Tensor], None] | None = None,
-                stop: Callable[[int, list[int]], int | None] | None = None) -> Generation:
+                stop: Callable[[int, list[int]], int | None] | None = None,
+                interrupt: Callable[[], None] | None = None) -> Generation:
     """The best continuation of `prefix` (end-of-text included when it ended), over the window the
     decoder was started on (one row, empty cache).
 
     on_prefill: receives (0, the logits [len(prefix), vocab] of the prefix), as `generate_batch`'s.
     stop: `generate_batch`'s early end (`RunawayStop`), asked about the best live hypothesis after
-    each step; when it cuts, that hypothesis is the result.
+    each step; when it cuts, that hypothesis is the result. interrupt: called before every decoder
+    pass, as `generate_batch` calls it; what it raises abandons the search.
     """
     max_finished = round(beam_size * patience)
     if beam_size < 1 or max_finished < 1:
@@ -61,6 +63,8 @@ def beam_search(decoder: KVDecoder, prefix: list[int], max_new_tokens: int, eot:
         raise ValueError(f"a beam search starts on one window's row, not {decoder.batch_size} (KVDecoder.start)")
     out = Generation()
     started = time.perf_counter()
+    if interrupt:
+        interrupt()
     decoder.rollback(0)
     logits = decoder.forward(torch.tensor([prefix]))
     if on_prefill:
@@ -81,6 +85,8 @@ def beam_search(decoder: KVDecoder, prefix: list[int], max_new_tokens: int, eot:
         if step == max_new_tokens - 1:
             break
         started = time.perf_counter()
+        if interrupt:
+            interrupt()
         if decoder.batch_size == 1 and beam_size > 1:
             decoder.fork(len(live))  # every hypothesis of the first step continues the one prefix row
         elif beam_size > 1:

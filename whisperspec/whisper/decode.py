@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import torch
 
@@ -45,6 +46,9 @@ class DecodeOptions:
     # `whisperspec.speculative.coupled`); "residual" is Leviathan et al.'s rule (the same
     # distribution, another draw)
     sampling: str = "coupled"
+    # called before every decoder round; what it raises stops the decode there (the demo's
+    # cancellation and per-request time budget)
+    interrupt: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -165,7 +169,7 @@ class WindowDecoder:
         if beam:
             outs = [beam_search(runtime.decoder, prefixes[0], max_new[0], special.eot, filters[0], options.beam_size,
                                 options.patience, options.length_penalty, on_prefill=read_no_speech,
-                                stop=self._runaway_stop(options))]
+                                stop=self._runaway_stop(options), interrupt=options.interrupt)]
         else:
             outs = self._generate(window, prefixes, filters, max_new, temperature, options, options.seed,
                                   on_prefill=read_no_speech)
@@ -198,7 +202,8 @@ class WindowDecoder:
                               lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
                               generator=torch.Generator().manual_seed(seed),
                               noise=sampling_noise(options.sampling, seed, runtime.vocab_size),
-                              held=0, on_prefill=on_prefill, stop=self._runaway_stop(options))
+                              held=0, on_prefill=on_prefill, interrupt=options.interrupt,
+                              stop=self._runaway_stop(options))
 
     def _runaway_stop(self, options: DecodeOptions) -> RunawayStop | None:
         if options.compression_ratio_threshold is None:
