@@ -130,6 +130,7 @@ def tiny_transcriber(seed: int, draft: str = "none", **options):
     transcriber.drafter = multilingual_drafter(draft, transcriber.runtime, seed) if draft != "none" else None
     transcriber.options = DecodeOptions(max_new_tokens=24, **options)
     transcriber.condition_on_previous_text, transcriber.initial_prompt = True, None
+    transcriber.carry_initial_prompt, transcriber.hotwords, transcriber.speech_detector = False, None, None
     transcriber.progress, transcriber.load_seconds = False, 0.0
     return transcriber
 

@@ -73,7 +73,7 @@ def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
     pool = TranscriberPool()
     text, segments, view, stats, files = transcribe_request(pool, str(CLIP), "tiny.en", "int8", "4", "", "", True)
     assert "phone system" in text.lower() and segments and "ws-tok" in view
-    assert "identical" in stats and sorted(Path(f).suffix for f in files) == [".json", ".srt", ".txt", ".vtt"]
+    assert "identical" in stats and sorted(Path(f).suffix for f in files) == [".json", ".srt", ".tsv", ".txt", ".vtt"]
     for file in files:  # what a visitor downloads names no server path
         assert str(CLIP.parent) not in Path(file).read_text() and "/tmp" not in Path(file).read_text()
     broken = tmp_path / "upload.wav"

@@ -90,7 +90,7 @@ def test_empty_transcription():
 
 def test_write_outputs_writes_every_format(tmp_path, result):
     paths = write_outputs(result, tmp_path / "new" / "dir", "call", ["all"])
-    assert [p.name for p in paths] == ["call.txt", "call.srt", "call.vtt", "call.json"]
+    assert [p.name for p in paths] == ["call.txt", "call.srt", "call.vtt", "call.tsv", "call.json"]
     assert paths[1].read_text(encoding="utf-8") == render(write_srt, result)
     assert sorted(p.name for p in paths[0].parent.iterdir()) == sorted(p.name for p in paths)  # no temp files
 

@@ -6,6 +6,7 @@
     bench-corpus   corpus throughput, whole processes, vs greedy and faster-whisper
     bench-startup  one short file from the command line, whole processes, vs faster-whisper
     evaluate     WER and latency against transformers and faster-whisper
+    bench-vad    what VAD does to speed and WER on long recordings with pauses
     generate     speculative generation with a causal text LM
     demo         the Gradio demo
     distill      train a draft decoder for a main model (synthetic speech, offline)
@@ -23,6 +24,7 @@ import warnings
 from pathlib import Path
 
 from whisperspec import defaults
+from whisperspec.cli_parity import add_parity_options, hyphenated, parity_settings
 from whisperspec.spec import SpecError
 
 
@@ -32,6 +34,7 @@ DELEGATED = {
     "bench-corpus": ("whisperspec.corpus.bench:main", "corpus throughput vs greedy and faster-whisper, whole processes"),
     "bench-startup": ("whisperspec.whisper.startup:main", "one short file, whole processes, vs faster-whisper"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
+    "bench-vad": ("whisperspec.evaluation.vad_bench:main", "what --vad does to speed and WER on audio with pauses"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
     "demo": ("whisperspec.demo:cli", "start the Gradio demo"),
     "distill": ("whisperspec.distill.cli:main", "train a cheap draft decoder for a main model"),
@@ -57,6 +60,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def _run(argv: list[str]) -> int:
+    if argv and argv[0] == "transcribe":
+        argv = [argv[0], *hyphenated(argv[1:])]
     if argv and argv[0] in DELEGATED:
         module, _, function = DELEGATED[argv[0]][0].partition(":")
         return getattr(importlib.import_module(module), function)(argv[1:]) or 0
@@ -73,46 +78,55 @@ def _run(argv: list[str]) -> int:
 
 # ------------------------------------------------------------------ transcribe
 def _add_transcribe(commands) -> None:
-    p = commands.add_parser("transcribe", help="transcribe audio files")
+    p = commands.add_parser("transcribe", help="transcribe audio files",
+                            description="Transcribe audio files. Every option may also be spelled with underscores "
+                                        "(--output_dir), so an openai-whisper command line runs as it is: "
+                                        "docs/CLI-PARITY.md maps each of its options.")
     p.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3, ...), folders (searched recursively), "
                                             "globs, or manifests (.jsonl/.csv with audio[,language,id]; .txt)")
     p.add_argument("--model", default=defaults.MODEL, help="base, tiny.en, a faster-whisper/transformers dir or hub id")
     p.add_argument("--compute-type", choices=("float32", "int8"), default="float32",
                    help="int8: int8 encoder, like faster-whisper's int8 (speculation stays exact for either)")
-    p.add_argument("--language", default=None, help="language code (default: detect)")
+    p.add_argument("--language", default=None, help="language code or name (default: detect)")
     p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
     p.add_argument("--timestamps", action="store_true", help="decode timestamps (segments with times)")
-    p.add_argument("--output-dir", type=Path, default=None, help="write result files here")
-    p.add_argument("--format", default="txt", help="comma-separated, of txt,srt,vtt,json or 'all'")
+    p.add_argument("--output-dir", "-o", type=Path, default=None,
+                   help="write result files here (default: none, unless --format is given: then here)")
+    p.add_argument("--format", "--output-format", "-f", default=None,
+                   help="comma-separated, of txt,srt,vtt,tsv,json or 'all' (default txt)")
     p.add_argument("--draft", default=defaults.DRAFT,
                    help="DRAFT[@LOOKAHEAD]: none, auto, trained, int8[:V], early-exit[:E], ngram[:N], FILE.safetensors "
-                        "or a draft model; e.g. auto@5, auto@confidence:0.4")
+                        "or a draft model; e.g. auto@5, auto@confidence:0.4. Drafting speeds up greedy decoding and "
+                        "sampling; windows decoded by beam search (--beam-size > 1) are not drafted")
     p.add_argument("--lookahead", default=None,
                    help=f"the same as DRAFT@LOOKAHEAD: K (default {defaults.LOOKAHEAD}), heuristic[:K], "
                         "confidence[:T] or cost")
     p.add_argument("--temperature", default=None,
-                   help="fixed sampling temperature (default: greedy with openai-whisper's fallback)")
+                   help="openai-whisper's: the temperature to start from (default 0: greedy), raised by "
+                        "--temperature-increment-on-fallback while a window's text fails the fallback thresholds")
     p.add_argument("--sampling", choices=("coupled", "residual"), default="coupled",
                    help="at temperature > 0: coupled (the same text with or without a draft) or residual")
-    p.add_argument("--initial-prompt", default=None)
+    p.add_argument("--initial-prompt", "--prompt", default=None, help="text the first window continues")
     p.add_argument("--stats", action="store_true", help="print acceptance, passes, tokens/s and the time split")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     from whisperspec.corpus.cli import add_corpus_arguments
 
     add_corpus_arguments(p)
     _add_word_options(p)
+    add_parity_options(p)
     p.set_defaults(run=_run_transcribe)
 
 
 def _add_word_options(p) -> None:
     words = p.add_argument_group("word timestamps (openai-whisper's options)")
-    words.add_argument("--word-timestamps", action="store_true",
+    words.add_argument("--word-timestamps", nargs="?", const="True", default="False", metavar="True|False",
                        help="time every word (json: segments[].words with start, end, probability)")
     words.add_argument("--prepend-punctuations", default=defaults.PREPEND_PUNCTUATIONS,
                        help="punctuation joined to the word after it")
     words.add_argument("--append-punctuations", default=defaults.APPEND_PUNCTUATIONS,
                        help="punctuation joined to the word before it")
-    words.add_argument("--highlight-words", action="store_true", help="srt/vtt: underline each word as it is spoken")
+    words.add_argument("--highlight-words", nargs="?", const="True", default="False", metavar="True|False",
+                       help="srt/vtt: underline each word as it is spoken")
     words.add_argument("--max-line-width", type=int, default=None, help="srt/vtt: characters per line")
     words.add_argument("--max-line-count", type=int, default=None, help="srt/vtt: lines per cue")
     words.add_argument("--max-words-per-line", type=int, default=None,
@@ -121,8 +135,12 @@ def _add_word_options(p) -> None:
 
 def _subtitle_options(args):
     """srt/vtt cue options from the command line, checked: each needs --word-timestamps."""
+    from whisperspec.options import boolean
     from whisperspec.subtitles import SubtitleOptions
 
+    # openai-whisper's spelling `--word_timestamps True` as well as the bare flag
+    args.word_timestamps = boolean("word timestamps", args.word_timestamps)
+    args.highlight_words = boolean("highlight words", args.highlight_words)
     options = SubtitleOptions(args.highlight_words, args.max_line_width, args.max_line_count, args.max_words_per_line)
     if options.by_word and not args.word_timestamps:
         used = [name for name in ("highlight_words", "max_line_width", "max_line_count", "max_words_per_line")
@@ -136,12 +154,19 @@ def _run_transcribe(args) -> int:
     from whisperspec.corpus.inputs import InputError, expand_inputs
     from whisperspec.output import WRITERS
 
-    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    formats = [f.strip() for f in ("txt" if args.format is None else args.format).split(",") if f.strip()]
     unknown = set(formats) - set(WRITERS) - {"all"}
     if unknown or not formats:
         print(f"whisperspec: --format {args.format!r}: use one or more of {', '.join(WRITERS)}, comma-separated, "
               "or all", file=sys.stderr)
         return 2
+    try:  # every option is checked before the model loads
+        settings = parity_settings(args)
+    except ValueError as error:
+        print(f"whisperspec: {error}", file=sys.stderr)
+        return 2
+    if args.format is not None and not args.output_dir:  # openai-whisper writes the files asked for here
+        args.output_dir = Path(".")
     if args.output_dir and not _writable_folder(args.output_dir):
         return 2
     try:
@@ -155,9 +180,9 @@ def _run_transcribe(args) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     options = dict(model=args.model, compute_type=args.compute_type, draft=args.draft, lookahead=args.lookahead,
                    language=args.language, task=args.task, timestamps=args.timestamps,
-                   temperature=args.temperature, initial_prompt=args.initial_prompt, sampling=args.sampling,
+                   initial_prompt=args.initial_prompt, sampling=args.sampling,
                    word_timestamps=args.word_timestamps, prepend_punctuations=args.prepend_punctuations,
-                   append_punctuations=args.append_punctuations)
+                   append_punctuations=args.append_punctuations, **settings)
     try:  # every option is checked before the model loads
         engine = corpus_engine(options, args)
     except SpecError as error:
@@ -191,9 +216,11 @@ def _writable_folder(folder: Path) -> bool:
 
 
 def _print_result(result, args, many: bool) -> None:
+    if args.verbose is False:  # openai-whisper's --verbose False: a progress bar, no text
+        return
     if many:
         print(f"== {result.source}")
-    if args.timestamps:
+    if args.timestamps or args.verbose:
         from whisperspec.output import format_timestamp
 
         for s in result.segments:

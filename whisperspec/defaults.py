@@ -37,6 +37,22 @@ RUNAWAY_CHECK_EVERY, RUNAWAY_MIN_TOKENS = 32, 64
 # Word timestamps: punctuation merged into the word after it / before it (openai-whisper's sets).
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+# openai-whisper's fallback: windows whose text compresses better than this (gzip ratio), or whose
+# mean token log-probability is at least this, are kept; a window is silence when P(<|nospeech|>)
+# exceeds the no-speech threshold and its text is not convincing either.
+COMPRESSION_RATIO_THRESHOLD, LOGPROB_THRESHOLD, NO_SPEECH_THRESHOLD = 2.4, -1.0, 0.6
+TEMPERATURE_INCREMENT_ON_FALLBACK = 0.2  # the CLI's schedule: --temperature, +0.2, ... up to 1.0
+
+# Decoding a window at temperature 0: greedy (beam 1, what drafting speeds up) unless a beam is
+# asked for; openai-whisper's patience and length penalty (None: divide by the length). At a
+# temperature > 0: BEST_OF samples, the likeliest kept.
+BEAM_SIZE, PATIENCE, LENGTH_PENALTY, BEST_OF = 1, 1.0, None, 1
+
+# VAD (`--vad`): faster-whisper's VadOptions. Silero's own defaults, but a region ends only after 2 s
+# of silence and keeps 0.4 s on each side: Whisper gets whole sentences, not clipped words.
+VAD_THRESHOLD = 0.5
+VAD_MIN_SPEECH_DURATION_MS, VAD_MAX_SPEECH_DURATION_S = 0, float("inf")
+VAD_MIN_SILENCE_DURATION_MS, VAD_SPEECH_PAD_MS = 2000, 400
 
 # `whisperspec distill`
 DISTILL_EPOCHS = 5

@@ -1,4 +1,4 @@
-"""Write a Transcription as txt / srt / vtt / json, each file replaced atomically."""
+"""Write a Transcription as txt / srt / vtt / tsv / json, each file replaced atomically."""
 
 from __future__ import annotations
 
@@ -69,6 +69,15 @@ def write_vtt(result: Transcription, file: TextIO, subtitles: SubtitleOptions | 
         file.write(f"{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n\n")
 
 
+def write_tsv(result: Transcription, file: TextIO) -> None:
+    """openai-whisper's tsv: start and end in whole milliseconds, then the text, one segment a line."""
+    file.write("start\tend\ttext\n")
+    for segment in result.segments:
+        text = segment.text.strip().replace("\t", " ")
+        if text:
+            file.write(f"{round(1000 * segment.start)}\t{round(1000 * segment.end)}\t{' '.join(text.split())}\n")
+
+
 def write_json(result: Transcription, file: TextIO) -> None:
     json.dump(result.to_dict(), file, ensure_ascii=False, indent=2, default=_json_value)
     file.write("\n")
@@ -80,7 +89,7 @@ def _json_value(value):
 
 
 WRITERS: dict[str, Callable[[Transcription, TextIO], None]] = {
-    "txt": write_txt, "srt": write_srt, "vtt": write_vtt, "json": write_json,
+    "txt": write_txt, "srt": write_srt, "vtt": write_vtt, "tsv": write_tsv, "json": write_json,
 }
 
 

@@ -66,4 +66,7 @@ class Transcription:
         return [("audio", f"{self.duration:.2f} s"), ("features", f"{stats.get('features_ms', 0):.0f} ms"),
                 ("encoder", f"{stats.get('encoder_ms', 0):.0f} ms"), ("decoder", f"{stats.get('decoder_ms', 0):.0f} ms"),
                 ("tokens", str(tokens)), ("tokens/s", f"{tokens / decode_s:.1f}" if decode_s else "-"),
+                *([("beam", f"{stats['beam_size']} (not drafted)")] if "beam_size" in stats else []),
+                *([("VAD", f"{stats['vad']['speech_s']:.1f} s of speech kept, {stats['vad']['ms']:.0f} ms")]
+                  if "vad" in stats else []),
                 *speculation_rows(stats.get("speculation", {}))]

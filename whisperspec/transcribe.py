@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -16,8 +16,9 @@ from whisperspec.models import load_whisper
 from whisperspec.result import Segment, Transcription
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.stats import SpeculationStats
-from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult
+from whisperspec.vad import SpeechDetector, SpeechMap
 from whisperspec.whisper.alignment import WordAligner
+from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult, window_prompt
 from whisperspec.whisper.longform import FRAMES_PER_SECOND, LongformResult, LongformWalk, carry_window_scores
 from whisperspec.whisper.model import WhisperRuntime
 
@@ -31,17 +32,31 @@ class Transcriber:
     draft: `DRAFT[@LOOKAHEAD]` (`whisperspec.whisper.drafters`): "none" for plain greedy, "auto",
     "auto@5", ...; lookahead: the same as "@LOOKAHEAD", as a separate argument.
     temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for one
-    fixed temperature. sampling (at temperature > 0): "coupled", the same tokens with or without a
-    draft, or "residual" (see `DecodeOptions`). word_timestamps: each segment gets its words with
-    start, end and probability (`whisperspec.whisper.alignment`); prepend_punctuations /
-    append_punctuations join the word after / before them.
+    fixed temperature, or a sequence of them (faster-whisper's). sampling (at temperature > 0):
+    "coupled", the same tokens with or without a draft, or "residual" (see `DecodeOptions`).
+    compression_ratio_threshold, logprob_threshold, no_speech_threshold: openai-whisper's (None
+    turns a check off). beam_size > 1: beam search at temperature 0 (patience, length_penalty as
+    openai-whisper's), where nothing is drafted (drafting speeds up greedy decoding and sampling);
+    best_of: samples per window at temperature > 0, the likeliest kept.
+    initial_prompt: text the first window continues (every window with carry_initial_prompt);
+    hotwords: text put ahead of every window's prompt (faster-whisper's).
+    vad: transcribe only the speech Silero VAD finds (faster-whisper's vad_filter), with
+    vad_parameters (a dict of `whisperspec.vad.VadOptions` fields, or one).
+    word_timestamps: each segment gets its words with start, end and probability
+    (`whisperspec.whisper.alignment`); prepend_punctuations / append_punctuations join the word
+    after / before them.
     """
 
     def __init__(self, model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
                  lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
-                 timestamps: bool = False, temperature: float | None = None, condition_on_previous_text: bool = True,
-                 initial_prompt: str | None = None, progress: bool = False, seed: int = 0,
-                 sampling: str = "coupled", word_timestamps: bool = False,
+                 timestamps: bool = False, temperature=None, condition_on_previous_text: bool = True,
+                 initial_prompt: str | None = None, carry_initial_prompt: bool = False, hotwords: str | None = None,
+                 compression_ratio_threshold: float | None = defaults.COMPRESSION_RATIO_THRESHOLD,
+                 logprob_threshold: float | None = defaults.LOGPROB_THRESHOLD,
+                 no_speech_threshold: float | None = defaults.NO_SPEECH_THRESHOLD, beam_size: int = defaults.BEAM_SIZE,
+                 patience: float | None = None, length_penalty: float | None = defaults.LENGTH_PENALTY,
+                 best_of: int = defaults.BEST_OF, vad: bool = False, vad_parameters=None, progress: bool = False,
+                 seed: int = 0, sampling: str = "coupled", word_timestamps: bool = False,
                  prepend_punctuations: str = defaults.PREPEND_PUNCTUATIONS,
                  append_punctuations: str = defaults.APPEND_PUNCTUATIONS):
         from whisperspec.whisper.drafters import make_drafter
@@ -50,7 +65,11 @@ class Transcriber:
         # every option is checked before the model loads: a typo costs nothing
         self.draft, self.options = self.check_options(
             model, compute_type=compute_type, draft=draft, lookahead=lookahead, language=language, task=task,
-            timestamps=timestamps, temperature=temperature, seed=seed, sampling=sampling)
+            timestamps=timestamps, temperature=temperature, seed=seed, sampling=sampling,
+            compression_ratio_threshold=compression_ratio_threshold, logprob_threshold=logprob_threshold,
+            no_speech_threshold=no_speech_threshold, beam_size=beam_size, patience=patience,
+            length_penalty=length_penalty, best_of=best_of)
+        self.speech_detector = SpeechDetector(options.vad_options(vad_parameters)) if vad else None
         try:
             self.bundle = load_whisper(options.check_model(model))
         except OSError as error:
@@ -62,13 +81,17 @@ class Transcriber:
         self.condition_on_previous_text = condition_on_previous_text
         self.initial_prompt, self.progress = initial_prompt, progress
         self.word_timestamps, self.punctuations = word_timestamps, (prepend_punctuations, append_punctuations)
+        self.carry_initial_prompt, self.hotwords = carry_initial_prompt, hotwords
         self.load_seconds = time.perf_counter() - started
 
     @staticmethod
     def check_options(model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
                       lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
-                      timestamps: bool = False, temperature: float | None = None, seed: int = 0,
-                      sampling: str = "coupled", **_) -> tuple:
+                      timestamps: bool = False, temperature=None, seed: int = 0, sampling: str = "coupled",
+                      compression_ratio_threshold=defaults.COMPRESSION_RATIO_THRESHOLD,
+                      logprob_threshold=defaults.LOGPROB_THRESHOLD, no_speech_threshold=defaults.NO_SPEECH_THRESHOLD,
+                      beam_size=defaults.BEAM_SIZE, patience=None, length_penalty=defaults.LENGTH_PENALTY,
+                      best_of=defaults.BEST_OF, vad: bool = False, vad_parameters=None, **_) -> tuple:
         """The drafter spec and decoding options of these arguments, checked without loading
         anything (SpecError or ValueError naming the option); the other arguments are ignored."""
         from whisperspec.whisper.drafters import parse_draft_spec
@@ -79,9 +102,13 @@ class Transcriber:
         decode_options = DecodeOptions(
             task=options.check_task(task, model), language=options.language_code(language), timestamps=timestamps,
             seed=seed, sampling=options.one_of("sampling", sampling, options.SAMPLING),
-            temperatures=DecodeOptions.temperatures if temperature is None else (temperature,))
+            temperatures=DecodeOptions.temperatures if temperature is None else temperature,
+            **options.thresholds(compression_ratio_threshold, logprob_threshold, no_speech_threshold),
+            **options.search(beam_size, patience, length_penalty, best_of))
         options.one_of("compute type", compute_type, COMPUTE_TYPES)
         options.check_model(model)
+        if vad:
+            options.vad_options(vad_parameters)
         return spec, decode_options
 
     def transcribe(self, audio, *, sample_rate: int | None = None, max_seconds: float = DEFAULT_MAX_SECONDS,
@@ -89,8 +116,8 @@ class Transcriber:
         """audio: a file path, or samples (numpy/torch) at `sample_rate` (default 16 kHz), at most
         `max_seconds` long (checked before it is decoded where the file says how long it is).
 
-        Keyword overrides: language, task, timestamps, initial_prompt, word_timestamps. Raises
-        AudioError for unreadable input (the message names the file).
+        Keyword overrides: initial_prompt, word_timestamps, and any `DecodeOptions` field (language,
+        task, timestamps, ...). Raises AudioError for unreadable input (the message names the file).
         """
         prepared = self.prepare(audio, sample_rate=sample_rate, max_seconds=max_seconds, **overrides)
         walk = self.walk(prepared)
@@ -143,14 +170,24 @@ class Transcriber:
         started = time.perf_counter()
         samples = load_audio(audio, sample_rate, max_seconds=max_seconds)
         duration = len(samples) / SAMPLE_RATE
-        if is_silent(samples) or duration < defaults.MIN_SPEECH_SECONDS:
+        speech = None
+        if self.speech_detector and not is_silent(samples):  # only the speech is decoded, times mapped back
+            speech = SpeechMap(self.speech_detector.regions(samples))
+            samples = speech.join(samples)
+            timings["vad"] = {"ms": (time.perf_counter() - started) * 1e3, "regions": len(speech.regions),
+                              "speech_s": round(speech.speech_seconds, 3)}
+        if is_silent(samples) or len(samples) / SAMPLE_RATE < defaults.MIN_SPEECH_SECONDS:
             # nothing to decode: Whisper would only hallucinate here ("you")
             return PreparedAudio(source, duration, None, 0, decode_options, [], {**timings, "silent": True},
-                                 word_timestamps)
+                                 word_timestamps=word_timestamps)
         mel = log_mel_spectrogram(samples, self.runtime.n_mels, padding=N_SAMPLES)
         timings["features_ms"] = (time.perf_counter() - started) * 1e3
+        prompt = self._prompt_tokens(initial_prompt)
+        # hotwords and a carried initial prompt lead every window's prompt; the rest is the text so far
+        carried = self._prompt_tokens(self.hotwords) + (prompt if self.carry_initial_prompt else [])
         return PreparedAudio(source, duration, mel, mel.shape[-1] - N_FRAMES, decode_options,
-                             self._prompt_tokens(initial_prompt), timings, word_timestamps)
+                             [] if self.carry_initial_prompt else prompt, timings, carried, speech,
+                             word_timestamps)
 
     def walk(self, prepared: "PreparedAudio"):
         """The windows of a prepared input to decode one after another: one window for up to 30 s
@@ -161,7 +198,7 @@ class Transcriber:
         if prepared.content_frames <= N_FRAMES and not prepared.options.timestamps:
             return OneWindow(prepared, self.runtime, words)
         return LongformWalk(self.runtime, prepared.mel, prepared.content_frames, prepared.options, prepared.prompt,
-                            self.condition_on_previous_text, words)
+                            self.condition_on_previous_text, prepared.carried, words)
 
     def window_decoder(self) -> WindowDecoder:
         return WindowDecoder(self.runtime, self.drafter,
@@ -173,12 +210,14 @@ class Transcriber:
             return Transcription("", [], prepared.options.language, prepared.duration, prepared.timings,
                                  prepared.source, _language_probability(None, prepared.options.language))
         done = walk.result()
+        if prepared.speech:
+            prepared.speech.segments(done.segments)
         for index, segment in enumerate(done.segments):
             segment.id = index
         text = "".join(s.text for s in done.segments).strip()
         return Transcription(text, done.segments, done.language, prepared.duration,
-                             {**prepared.timings, **_decode_stats(done.windows, done.stats)}, prepared.source,
-                             _language_probability(done.windows[0], done.language))
+                             {**prepared.timings, **_decode_stats(done.windows, done.stats, prepared.options)},
+                             prepared.source, _language_probability(done.windows[0], done.language))
 
     def _prompt_tokens(self, prompt: str | None) -> list[int]:
         if not prompt:
@@ -195,9 +234,15 @@ class PreparedAudio:
     mel: torch.Tensor | None  # [n_mels, content_frames + N_FRAMES]; None: silent, nothing to decode
     content_frames: int
     options: DecodeOptions
-    prompt: list[int]  # the initial prompt's tokens
+    prompt: list[int]  # the initial prompt's tokens (unless carried)
     timings: dict
+    carried: list[int] = field(default_factory=list)  # hotwords, a carried initial prompt: ahead of every prompt
+    speech: SpeechMap | None = None  # with VAD: the speech regions `mel` joins
     word_timestamps: bool = False
+
+    @property
+    def decoded_seconds(self) -> float:
+        return self.speech.speech_seconds if self.speech else self.duration
 
 
 class OneWindow:
@@ -206,7 +251,7 @@ class OneWindow:
 
     def __init__(self, prepared: PreparedAudio, runtime: WhisperRuntime, words: WordAligner | None = None):
         self.prepared, self.runtime, self.words = prepared, runtime, words
-        self.options, self.prompt = prepared.options, prepared.prompt
+        self.options, self.prompt = prepared.options, window_prompt(prepared.carried, prepared.prompt)
         self.window: WindowResult | None = None
         self.segments: list[Segment] = []
 
@@ -221,7 +266,7 @@ class OneWindow:
         """Take the decoded window; `hidden`, its encoder output, is read for word timestamps."""
         self.window = result
         text = self.runtime.decode_text(result.tokens)
-        duration = round(self.prepared.duration, 3)
+        duration = round(self.prepared.decoded_seconds, 3)
         self.segments = [Segment(0.0, duration, text, result.tokens, result.from_draft)] if text.strip() else []
         carry_window_scores(self.segments, result)
         if self.words is not None:
@@ -240,8 +285,9 @@ def _language_probability(first_window: WindowResult | None, language: str | Non
     return 1.0 if language is not None else None
 
 
-def _decode_stats(windows, stats: SpeculationStats) -> dict:
+def _decode_stats(windows, stats: SpeculationStats, decode_options: DecodeOptions) -> dict:
     tokens = sum(len(w.tokens) for w in windows)
-    return {"windows": len(windows), "tokens": tokens,
+    searched = {"beam_size": decode_options.beam_size} if decode_options.beam_size > 1 else {}
+    return {"windows": len(windows), "tokens": tokens, **searched,
             "temperatures": [w.temperature for w in windows], "speculation": stats.to_dict()}
 

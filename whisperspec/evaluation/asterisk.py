@@ -15,8 +15,11 @@ import gzip
 import re
 from pathlib import Path
 
+import numpy as np
+
 from whisperspec.evaluation.manifest import Utterance
-from whisperspec.evaluation.packaged import cached_manifest, joined_long_form, long_form_groups, package_files
+from whisperspec.evaluation.packaged import (SAMPLE_RATE, cached_manifest, joined_long_form, long_form_groups,
+                                             package_files)
 
 SOUNDS = {"en": "/usr/share/asterisk/sounds/en_US_f_Allison", "es": "/usr/share/asterisk/sounds/es_MX_f_Allison",
           "it": "/usr/share/asterisk/sounds/it_IT_m_Carlo", "ru": "/usr/share/asterisk/sounds/ru_RU_f_IvrvoiceRU"}
@@ -102,6 +105,23 @@ def evaluation_prompts(language: str = "en") -> list[Utterance]:
 def long_form(language: str = "en", minutes: float = 3.0, files: int = 4) -> list[Utterance]:
     """Prompts joined (1 s of silence between) into multi-minute files with joined references."""
     return joined_long_form(f"asterisk-{language}-long", prompts(language), minutes, files)
+
+
+def long_form_with_pauses(language: str = "en", minutes: float = 3.0, files: int = 4,
+                          pauses: tuple[float, float] = (2.0, 8.0), noise: float = 0.003,
+                          seed: int = 0) -> list[Utterance]:
+    """The long-form files with longer pauses: pauses[0] to pauses[1] s (uniformly drawn) of room
+    noise at RMS `noise` after each prompt, the recordings VAD is for (`whisperspec bench-vad`)."""
+    rng = np.random.default_rng(seed)
+    name = f"asterisk-{language}-pauses-{minutes:g}m{files}-{pauses[0]:g}-{pauses[1]:g}s-noise{noise:g}-{seed}"
+    return joined_long_form(name, prompts(language), minutes, files,
+                            pause=lambda: room_noise(rng.uniform(*pauses), noise, rng))
+
+
+def room_noise(seconds: float, level: float, rng: np.random.Generator) -> np.ndarray:
+    """White noise at RMS `level` and a 50-Hz mains hum of that amplitude: a quiet room's pause."""
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    return (rng.normal(0, level, len(t)) + level * np.sin(2 * np.pi * 50 * t)).astype(np.float32)
 
 
 def community_prompts(name: str) -> list[Utterance]:

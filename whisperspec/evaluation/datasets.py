@@ -20,6 +20,7 @@ BUILT_IN = {
     "asterisk-en": lambda: asterisk.evaluation_prompts("en"),
     "asterisk-es": lambda: asterisk.prompts("es"),  # no distillation split in Spanish
     "asterisk-en-long": lambda: asterisk.long_form("en"),
+    "asterisk-en-pauses": lambda: asterisk.long_form_with_pauses("en"),  # 2-8 s pauses of room noise (VAD)
     "asterisk-en-distill": lambda: asterisk.distill_prompts("en"),
     **{f"asterisk-{lang}": (lambda lang=lang: asterisk.prompts(lang)) for lang in ("it", "ru")},
     **{f"asterisk-{lang}-long": (lambda lang=lang: asterisk.long_form(lang)) for lang in ("it", "ru")},

@@ -103,24 +103,26 @@ def long_form_groups(pool: list[Utterance], minutes: float = 3.0, files: int = 4
     return groups
 
 
-def joined_long_form(name: str, pool: list[Utterance], minutes: float = 3.0, files: int = 4) -> list[Utterance]:
-    """Clips of `pool` (cached FLAC of one speaker) joined with 1 s of silence into multi-minute
-    files, each with the clips' references joined: long-form audio where a source has only short
-    clips. Cached as the set `name`."""
+def joined_long_form(name: str, pool: list[Utterance], minutes: float = 3.0, files: int = 4,
+                     pause: Callable[[], np.ndarray] | None = None) -> list[Utterance]:
+    """Clips of `pool` (cached FLAC of one speaker) joined with 1 s of silence (or what `pause()`
+    gives after each clip) into multi-minute files, each with the clips' references joined:
+    long-form audio where a source has only short clips. Cached as the set `name`."""
     manifest = dataset_folder(name) / "manifest.jsonl"
     if manifest.is_file():
         return read_manifest(manifest)
-    pause = np.zeros(SAMPLE_RATE, dtype=np.float32)
+    silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
     utterances = []
     for index, group in enumerate(long_form_groups(pool, minutes, files)):
-        pieces, seconds = [], 0.0
+        pieces = []
         for clip in group:
             samples, _ = sf.read(clip.audio, dtype="float32")
-            pieces += [samples, pause]
-            seconds += len(samples) / SAMPLE_RATE + 1
+            pieces += [samples, pause() if pause else silence]
         target = manifest.parent / f"long-{index:02d}.flac"
         target.parent.mkdir(parents=True, exist_ok=True)
-        sf.write(target, np.concatenate(pieces), SAMPLE_RATE, subtype="PCM_16")
+        audio = np.concatenate(pieces)
+        sf.write(target, audio, SAMPLE_RATE, subtype="PCM_16")
         text = " ".join(clip.text for clip in group if clip.text)
-        utterances.append(Utterance(f"long-{index:02d}", str(target), text, group[0].language, round(seconds, 3)))
+        utterances.append(Utterance(f"long-{index:02d}", str(target), text, group[0].language,
+                                    round(len(audio) / SAMPLE_RATE, 3)))
     return read_manifest(write_manifest(utterances, manifest))

@@ -34,11 +34,12 @@ class Output:
 
 
 class WhisperspecSystem:
-    def __init__(self, name: str, model: str, draft: DraftSpec, compute_type: str = "float32"):
+    def __init__(self, name: str, model: str, draft: DraftSpec, compute_type: str = "float32", **options):
+        """options: any other `Transcriber` arguments (vad=True, beam_size=5, ...)."""
         from whisperspec.transcribe import Transcriber
 
         self.name, self.draft = name, draft
-        self.transcriber = Transcriber(model, compute_type=compute_type, draft=draft)
+        self.transcriber = Transcriber(model, compute_type=compute_type, draft=draft, **options)
 
     def transcribe(self, utterance: Utterance) -> Output:
         start = time.perf_counter()

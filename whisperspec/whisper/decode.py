@@ -18,6 +18,7 @@ from whisperspec import defaults
 from whisperspec.speculative.coupled import sampling_noise
 from whisperspec.speculative.generate import generate_batch
 from whisperspec.speculative.stats import SpeculationStats
+from whisperspec.whisper.beam import beam_search, length_penalty_score
 from whisperspec.whisper.model import EncodedWindow, WhisperRuntime
 from whisperspec.whisper.rules import WhisperLogitFilter
 
@@ -30,9 +31,15 @@ class DecodeOptions:
     language: str | None = None  # None: detect it
     timestamps: bool = False
     temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    compression_ratio_threshold: float | None = 2.4
-    logprob_threshold: float | None = -1.0
-    no_speech_threshold: float | None = 0.6
+    compression_ratio_threshold: float | None = defaults.COMPRESSION_RATIO_THRESHOLD
+    logprob_threshold: float | None = defaults.LOGPROB_THRESHOLD
+    no_speech_threshold: float | None = defaults.NO_SPEECH_THRESHOLD
+    # at temperature 0, beam_size > 1 decodes by beam search (`whisperspec.whisper.beam`, not drafted);
+    # at temperature > 0, best_of samples (seeds seed, seed + 1, ...), the likeliest by length_penalty kept
+    beam_size: int = defaults.BEAM_SIZE
+    patience: float = defaults.PATIENCE
+    length_penalty: float | None = defaults.LENGTH_PENALTY
+    best_of: int = defaults.BEST_OF
     max_new_tokens: int | None = None  # default: up to the decoder's context (448 positions)
     seed: int = 0
     # at temperature > 0: "coupled" draws the same tokens with or without a draft (shared noise,
@@ -67,6 +74,15 @@ def forced_prefix(special, prompt: list[int], language: str | None, options: Dec
     """What the decoder is given before it chooses: previous text (if any), then the task tokens."""
     previous = [special.sot_prev, *prompt[-MAX_PROMPT_TOKENS:]] if prompt else []
     return previous + special.prefix(language, options.task, options.timestamps)
+
+
+def window_prompt(carried: list[int], context: list[int]) -> list[int]:
+    """A window's prompt: `carried` (hotwords, a carried initial prompt) ahead of the latest tokens
+    of `context` (the text so far), at most MAX_PROMPT_TOKENS in all, so that `forced_prefix`
+    never cuts what is carried (openai-whisper's carry_initial_prompt)."""
+    carried = list(carried)[-MAX_PROMPT_TOKENS:]
+    room = MAX_PROMPT_TOKENS - len(carried)
+    return carried + (list(context)[-room:] if room else [])
 
 
 def compression_ratio(text: str) -> float:
@@ -133,11 +149,16 @@ class WindowDecoder:
         language (`languages`, default `options.language`; None: detected). Rows whose text fails
         the fallback checks are decoded again, alone, at the next temperature."""
         runtime, special = self.runtime, self.runtime.special
-        runtime.decoder.start(window.hidden)
-        if self.drafter:
-            self.drafter.start_window(window)
         prompts = prompts or [[] for _ in range(len(window.hidden))]
         languages = list(languages or [options.language] * len(prompts))
+        temperature, *higher = options.temperatures
+        beam = temperature == 0 and options.beam_size > 1
+        if beam and len(prompts) > 1:  # a beam's hypotheses are the rows of a batch: one window at a time
+            return [self.decode_batch(_row(window, row), options, [prompt], [language])[0]
+                    for row, (prompt, language) in enumerate(zip(prompts, languages))]
+        runtime.decoder.start(window.hidden)
+        if self.drafter and not beam:  # beam search drafts nothing
+            self.drafter.start_window(window)
         language_probabilities = [None] * len(prompts)
         if None in languages:  # detected; an English-only model says "en" (probability 1) without a pass
             detected, probabilities = self.detect_language()
@@ -146,34 +167,58 @@ class WindowDecoder:
         prefixes = [forced_prefix(special, p, lang, options) for p, lang in zip(prompts, languages)]
         filters = [WhisperLogitFilter(special, len(p), options.timestamps, runtime.vocab_size) for p in prefixes]
         max_new = [options.max_new_tokens or runtime.max_length - len(p) for p in prefixes]
-        temperature, *higher = options.temperatures
-        noise = sampling_noise(options.sampling, options.seed, runtime.vocab_size)
-        # The prefix is read by the loop's first pass, with the first draft (`held=0`), not by a
-        # pass of its own: one decoder pass fewer per window.
-        no_speech = [0.0] * len(prefixes)  # P(<|nospeech|>) after <|sot|>, read from that first pass
+        no_speech = [0.0] * len(prefixes)  # P(<|nospeech|>) after <|sot|>, from the pass reading the prefix
 
         def read_no_speech(row: int, logits: torch.Tensor) -> None:
             sot = prefixes[row].index(special.sot)
             no_speech[row] = float(torch.softmax(logits[sot].float(), dim=-1)[special.no_speech])
 
-        runtime.decoder.rollback(0)
-        runaway = RunawayStop(runtime.decode_text, options.compression_ratio_threshold)
-        outs = generate_batch(runtime.decoder, prefixes, max_new, special.eot, drafter=self.drafter,
-                              lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
-                              generator=torch.Generator().manual_seed(options.seed), noise=noise,
-                              held=0, on_prefill=read_no_speech, interrupt=options.interrupt,
-                              stop=runaway if options.compression_ratio_threshold is not None else None)
+        if beam:
+            outs = [beam_search(runtime.decoder, prefixes[0], max_new[0], special.eot, filters[0], options.beam_size,
+                                options.patience, options.length_penalty, on_prefill=read_no_speech,
+                                stop=self._runaway_stop(options), interrupt=options.interrupt)]
+        else:
+            outs = self._generate(window, prefixes, filters, max_new, temperature, options, options.seed,
+                                  on_prefill=read_no_speech)
+            for extra in range(1, options.best_of if temperature > 0 else 1):  # openai-whisper's best_of
+                others = self._generate(window, prefixes, filters, max_new, temperature, options,
+                                        options.seed + extra, restart=True)
+                outs = [_likelier(a, b, options.length_penalty, special.eot) for a, b in zip(outs, others)]
         results = [self._result(out, lang, temperature, p) for out, lang, p in zip(outs, languages, no_speech)]
         for result, probability in zip(results, language_probabilities):
             result.language_probability = probability
         for row, result in enumerate(results):
             if higher and self._needs_fallback(result, options):
                 retry = replace(options, temperatures=tuple(higher), language=result.language)
-                single = EncodedWindow(window.mel[row:row + 1], window.hidden[row:row + 1])
-                results[row] = self.decode_batch(single, retry, [prompts[row]])[0]
+                results[row] = self.decode_batch(_row(window, row), retry, [prompts[row]])[0]
                 results[row].stats.merge(result.stats)
                 results[row].language_probability = result.language_probability
         return results
+
+    def _generate(self, window: EncodedWindow, prefixes: list[list[int]], filters: list, max_new: list[int],
+                  temperature: float, options: DecodeOptions, seed: int, on_prefill=None,
+                  restart: bool = False) -> list:
+        """One generation of every row from its prefix. The prefix is read by the loop's first pass,
+        with the first draft (`held=0`), not by a pass of its own: one decoder pass fewer per window.
+        `restart`: the decoder and drafter start the window again (a previous generation has
+        finished rows and dropped them)."""
+        runtime = self.runtime
+        if restart:
+            runtime.decoder.start(window.hidden)
+            if self.drafter:
+                self.drafter.start_window(window)
+        runtime.decoder.rollback(0)
+        return generate_batch(runtime.decoder, prefixes, max_new, runtime.special.eot, drafter=self.drafter,
+                              lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
+                              generator=torch.Generator().manual_seed(seed),
+                              noise=sampling_noise(options.sampling, seed, runtime.vocab_size),
+                              held=0, on_prefill=on_prefill, interrupt=options.interrupt,
+                              stop=self._runaway_stop(options))
+
+    def _runaway_stop(self, options: DecodeOptions) -> RunawayStop | None:
+        if options.compression_ratio_threshold is None:
+            return None
+        return RunawayStop(self.runtime.decode_text, options.compression_ratio_threshold)
 
     def _result(self, out, language: str | None, temperature: float, no_speech_prob: float) -> WindowResult:
         eot = self.runtime.special.eot
@@ -191,3 +236,18 @@ class WindowDecoder:
         if options.compression_ratio_threshold is not None and result.compression_ratio > options.compression_ratio_threshold:
             return True
         return options.logprob_threshold is not None and result.avg_logprob < options.logprob_threshold
+
+
+def _row(window: EncodedWindow, row: int) -> EncodedWindow:
+    return EncodedWindow(window.mel[row:row + 1], window.hidden[row:row + 1])
+
+
+def _likelier(a, b, length_penalty: float | None, eot: int):
+    """Of two samples of one window, the one openai-whisper's ranker prefers (the first on a tie),
+    carrying both one's work in its stats."""
+    def score(out) -> float:
+        return length_penalty_score(out.sum_logprob, len([t for t in out.tokens if t != eot]), length_penalty)
+
+    best, other = (b, a) if score(b) > score(a) else (a, b)
+    best.stats.merge(other.stats)
+    return best

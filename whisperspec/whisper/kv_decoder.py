@@ -154,6 +154,43 @@ class KVDecoder:
         self.exit_hidden, self.fed_tokens = narrow(self.exit_hidden), narrow(self.fed_tokens)
         self.batch_size = n
 
+    @torch.inference_mode()
+    def fork(self, rows: int) -> None:
+        """A one-row cache becomes `rows` rows that each hold its positions (a beam search's
+        hypotheses all continue one forced prefix). The rows share the window's cross-attention
+        keys/values as read-only views instead of projecting them once per row: a forked cache
+        changes rows with `select_rows`, never `reorder`, and the next `start` ends the fork."""
+        if self.batch_size != 1:
+            raise ValueError(f"only a one-row cache forks, not {self.batch_size} rows")
+        length = int(self.lengths[-1, 0])
+        one_row = self.self_kv
+        shape = (rows, self.n_heads, self.max_length, self.head_dim)
+        self.self_kv = [(k.new_zeros(shape), v.new_zeros(shape)) for k, v in one_row]
+        for (k, v), (k_row, v_row) in zip(self.self_kv, one_row):
+            k[:, :, :length] = k_row[:, :, :length]
+            v[:, :, :length] = v_row[:, :, :length]
+        self.cross_kv = [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self.cross_kv]
+        self.lengths = self.lengths.expand(-1, rows).clone()
+        self.fed_tokens = self.fed_tokens.expand(rows, -1).clone()
+        self.exit_layer, self.exit_hidden = None, self.exit_hidden.new_zeros(rows, *self.exit_hidden.shape[1:])
+        self.batch_size = rows
+
+    @torch.inference_mode()
+    def select_rows(self, sources) -> None:
+        """Row i continues from what row `sources[i]` holds (a beam search keeps the best
+        continuations, several of one row or none of another). Only the self-attention entries
+        written so far move: the rows of one window share its cross-attention keys/values."""
+        sources = torch.as_tensor(sources, dtype=torch.long)
+        moved = (sources != torch.arange(len(sources))).nonzero().flatten()
+        if not len(moved):
+            return
+        end = int(self.lengths.max())
+        for k, v in self.self_kv:  # indexing by `sources` copies first, so a row may feed several
+            k[moved, :, :end] = k[sources[moved], :, :end]
+            v[moved, :, :end] = v[sources[moved], :, :end]
+        self.lengths = self.lengths[:, sources]
+        self.fed_tokens = self.fed_tokens[sources]
+
     # ---------------------------------------------------------------- forward
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, exit_layer: int | None = None,

@@ -17,7 +17,7 @@ import torch
 from whisperspec.result import Segment
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.alignment import WordAligner
-from whisperspec.whisper.decode import DecodeOptions, WindowResult
+from whisperspec.whisper.decode import DecodeOptions, WindowResult, window_prompt
 
 N_FRAMES = 3000  # mel frames per 30-s window
 FRAMES_PER_SECOND = 100
@@ -39,17 +39,24 @@ class LongformWalk:
     timestamps and text, so its windows are decoded in order.
 
     `mel` [n_mels, content_frames + N_FRAMES] is the whole file's log-mel, padded by one window.
-    `words`: add word timestamps with this aligner (then `advance` needs each window's encoder output).
+    `initial_prompt` starts the text so far; `carried` (hotwords, a carried initial prompt) leads
+    every window's prompt. `words`: add word timestamps with this aligner (then `advance` needs each
+    window's encoder output).
     """
 
     def __init__(self, runtime, mel: torch.Tensor, content_frames: int, options: DecodeOptions,
-                 initial_prompt: list[int] = (), condition_on_previous_text: bool = True,
+                 initial_prompt: list[int] = (), condition_on_previous_text: bool = True, carried: list[int] = (),
                  words: WordAligner | None = None):
         self.runtime, self.mel, self.content_frames, self.words = runtime, mel, content_frames, words
         self.options = replace(options, timestamps=True)
-        self.initial_prompt, self.condition_on_previous_text = list(initial_prompt), condition_on_previous_text
+        self.condition_on_previous_text, self.carried = condition_on_previous_text, list(carried)
         self.seek, self.segments, self.windows, self.stats = 0, [], [], SpeculationStats()
-        self.prompt = list(initial_prompt)  # the text so far: the next window's previous-text prompt
+        self.context = list(initial_prompt)  # the text so far
+
+    @property
+    def prompt(self) -> list[int]:
+        """The next window's prompt: what is carried, then the text so far."""
+        return window_prompt(self.carried, self.context)
 
     @property
     def done(self) -> bool:
@@ -86,9 +93,9 @@ class LongformWalk:
         if self.condition_on_previous_text and result.temperature <= 0.5:
             # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: without
             # them the model repeats the previous text (docs/BENCHMARKS.md)
-            self.prompt += consumed
-        else:
-            self.prompt = list(self.initial_prompt)  # a sampled window is a poor prompt for the next one
+            self.context += consumed
+        else:  # a sampled window is a poor prompt for the next one: openai-whisper's reset, to nothing
+            self.context = []
         self.seek += advance
 
     def result(self) -> LongformResult:

@@ -1,0 +1,117 @@
+"""`whisperspec transcribe`'s options from openai-whisper's command line and faster-whisper's
+`transcribe()` (docs/CLI-PARITY.md maps them all): spelled with underscores too, booleans as
+True / False, None to turn a threshold off, openai-whisper's temperature schedule. Every value is
+checked here or by `Transcriber` before a model loads (`whisperspec.options`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import warnings
+
+from whisperspec import defaults, options
+
+VAD_OPTIONS = ("threshold", "min_speech_duration_ms", "max_speech_duration_s", "min_silence_duration_ms",
+               "speech_pad_ms")
+
+
+def hyphenated(argv: list[str]) -> list[str]:
+    """`--output_format x` as `--output-format x`: openai-whisper spells its options with
+    underscores, ours with hyphens; both are accepted (values and arguments after `--` are kept)."""
+    out = list(argv)
+    for index, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            name, equals, value = arg.partition("=")
+            out[index] = name.replace("_", "-") + equals + value
+    return out
+
+
+def add_parity_options(parser: argparse.ArgumentParser) -> None:
+    p = parser.add_argument_group("openai-whisper and faster-whisper options (docs/CLI-PARITY.md)")
+    p.add_argument("--temperature-increment-on-fallback", metavar="STEP",
+                   default=defaults.TEMPERATURE_INCREMENT_ON_FALLBACK,
+                   help="step of the --temperature schedule, up to 1.0 (default %(default)s; None: that one only)")
+    p.add_argument("--compression-ratio-threshold", metavar="RATIO", default=defaults.COMPRESSION_RATIO_THRESHOLD,
+                   help="fall back when a window's text compresses (gzip) more than this (default %(default)s)")
+    p.add_argument("--logprob-threshold", metavar="LOGPROB", default=defaults.LOGPROB_THRESHOLD,
+                   help="fall back when a window's mean token log-probability is below this (default %(default)s)")
+    p.add_argument("--no-speech-threshold", metavar="P", default=defaults.NO_SPEECH_THRESHOLD,
+                   help="a window is silence when P(no speech) is above this and its log-probability is low "
+                        "(default %(default)s). None turns any of the three checks off")
+    p.add_argument("--beam-size", metavar="N", default=defaults.BEAM_SIZE,
+                   help="beams at temperature 0 (default %(default)s: greedy; openai-whisper's command line and "
+                        "faster-whisper use 5). Beam search is not drafted: --draft speeds up greedy and sampling")
+    p.add_argument("--patience", metavar="X", default=None, help=f"beam search patience (default {defaults.PATIENCE})")
+    p.add_argument("--length-penalty", metavar="ALPHA", default=defaults.LENGTH_PENALTY,
+                   help="ranking of beams and samples: alpha in 0..1 (Google NMT), or None: by length (default)")
+    p.add_argument("--best-of", metavar="N", default=defaults.BEST_OF,
+                   help="samples per window at temperature > 0, the likeliest kept (default %(default)s)")
+    p.add_argument("--carry-initial-prompt", metavar="True|False", default="False",
+                   help="True: the initial prompt leads every window's prompt (default False)")
+    p.add_argument("--condition-on-previous-text", metavar="True|False", default="True",
+                   help="False: each window is decoded without the text before it (the usual cure for loops)")
+    p.add_argument("--hotwords", metavar="TEXT", default=None,
+                   help="words or phrases put ahead of every window's prompt")
+    p.add_argument("--vad", action="store_true",
+                   help="transcribe only the speech Silero VAD finds (times stay those of the original audio)")
+    p.add_argument("--vad-filter", metavar="True|False", default=None,
+                   help="True / False: the same as --vad (whisper-ctranslate2's)")
+    p.add_argument("--vad-threshold", metavar="P", default=None,
+                   help=f"speech probability (default {defaults.VAD_THRESHOLD})")
+    p.add_argument("--vad-min-speech-duration-ms", metavar="MS", default=None,
+                   help=f"drop shorter speech (default {defaults.VAD_MIN_SPEECH_DURATION_MS})")
+    p.add_argument("--vad-max-speech-duration-s", metavar="S", default=None, help="split longer speech (default inf)")
+    p.add_argument("--vad-min-silence-duration-ms", metavar="MS", default=None,
+                   help=f"silence that ends speech (default {defaults.VAD_MIN_SILENCE_DURATION_MS})")
+    p.add_argument("--vad-speech-pad-ms", metavar="MS", default=None,
+                   help=f"audio kept on each side of speech (default {defaults.VAD_SPEECH_PAD_MS})")
+    p.add_argument("--suppress-tokens", metavar="-1", default="-1",
+                   help="-1 only: Whisper's non-speech tokens (the default)")
+    p.add_argument("--threads", metavar="N", default=0, help="CPU threads torch uses (default 0: torch's choice)")
+    p.add_argument("--model-dir", metavar="DIR", default=None,
+                   help="where converted models are cached (as $WHISPERSPEC_CACHE)")
+    p.add_argument("--verbose", metavar="True|False", default=None,
+                   help="True: print each segment with its times; False: no text, a progress bar only")
+    p.add_argument("--fp16", metavar="True|False", default=None,
+                   help="accepted; the CPU runs float32 (or --compute-type int8)")
+    p.add_argument("--device", metavar="cpu", default="cpu", help="cpu: whisperspec runs on the CPU")
+
+
+def parity_settings(args: argparse.Namespace) -> dict:
+    """The `Transcriber` arguments these options give, checked (a ValueError names the option);
+    the process-wide ones (threads, model folder) applied. `args.verbose` becomes a bool or None."""
+    import torch
+
+    if str(args.suppress_tokens).strip() != "-1":
+        raise ValueError(f"suppress tokens {args.suppress_tokens!r}: only -1 (Whisper's non-speech tokens, the "
+                         "default) is supported")
+    if str(args.device).strip().lower() != "cpu":
+        raise ValueError(f"device {args.device!r}: whisperspec runs on the CPU only (leave --device out, or cpu)")
+    threads = options.whole_number("threads", args.threads, minimum=0)
+    args.verbose = None if args.verbose is None else options.boolean("verbose", args.verbose)
+    if args.fp16 is not None and options.boolean("fp16", args.fp16):
+        warnings.warn("FP16 is not supported on CPU; using FP32 instead")  # what openai-whisper says on a CPU
+    vad = args.vad or (args.vad_filter is not None and options.boolean("vad filter", args.vad_filter))
+    vad_parameters = {name: getattr(args, f"vad_{name}") for name in VAD_OPTIONS
+                      if getattr(args, f"vad_{name}") is not None}
+    if vad_parameters and not vad:
+        raise ValueError(f"--vad-{next(iter(vad_parameters)).replace('_', '-')}: needs --vad")
+    beam_size = options.whole_number("beam size", args.beam_size)
+    if beam_size > 1 and args.draft not in (defaults.DRAFT, "none"):
+        warnings.warn(f"--draft {args.draft} drafts only windows decoded by sampling (fallback): beam search "
+                      "(--beam-size > 1) is not drafted")
+    settings = dict(
+        temperature=options.temperature_schedule(args.temperature, args.temperature_increment_on_fallback),
+        compression_ratio_threshold=args.compression_ratio_threshold, logprob_threshold=args.logprob_threshold,
+        no_speech_threshold=args.no_speech_threshold, beam_size=beam_size, patience=args.patience,
+        length_penalty=args.length_penalty, best_of=args.best_of, hotwords=args.hotwords,
+        condition_on_previous_text=options.boolean("condition on previous text", args.condition_on_previous_text),
+        carry_initial_prompt=options.boolean("carry initial prompt", args.carry_initial_prompt),
+        vad=vad, vad_parameters=options.vad_options(vad_parameters) if vad else None)
+    if threads:
+        torch.set_num_threads(threads)
+    if args.model_dir:
+        os.environ["WHISPERSPEC_CACHE"] = str(args.model_dir)
+    return settings
