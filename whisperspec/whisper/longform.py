@@ -52,7 +52,7 @@ def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frame
             seek += window_frames
             bar.update(window_frames)
             continue
-        new_segments, advance, consumed = _split_segments(result.tokens, result.from_draft, special, offset,
+        new_segments, advance, consumed = split_segments(result.tokens, result.from_draft, special, offset,
                                                           window_frames)
         for segment in new_segments:
             segment.text = runtime.decode_text(segment.tokens)
@@ -77,7 +77,7 @@ def _encode(runtime, window_mel: torch.Tensor, encoder_seconds: list | None):
     return window
 
 
-def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,
+def split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,
                     window_frames: int) -> tuple[list[Segment], int, list[int]]:
     """Segments from one window's tokens, how many frames to advance, and the tokens consumed."""
     is_ts = [special.is_timestamp(t) for t in tokens]
