@@ -110,6 +110,12 @@ def label_windows(runtime: WhisperRuntime, audio: list, prompts: list[list[int]]
     mel = torch.stack([log_mel_spectrogram(a, runtime.n_mels, padding=N_SAMPLES)[:, :N_FRAMES] for a in audio])
     window = runtime.encode(mel)
     results = WindowDecoder(runtime).decode_batch(window, options, prompts)
+    return teacher_forced_examples(runtime, window, prompts, options, results)
+
+
+def teacher_forced_examples(runtime: WhisperRuntime, window, prompts: list[list[int]], options: DecodeOptions,
+                            results: list) -> list[Example]:
+    """Examples of windows the main model has decoded: its tokens and its hidden states along them."""
     sequences = [forced_prefix(runtime.special, prompt, result.language, options) + result.tokens +
                  [runtime.special.eot] for result, prompt in zip(results, prompts)]
     width = max(len(s) for s in sequences) - 1
