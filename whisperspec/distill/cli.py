@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-view", choices=("with", "without", "both"), default="without",
                         help="how the draft reads a window with a previous-text prompt, in training and when it "
                              "drafts: with the prompt, without it (the main model still reads it), or trained both "
-                             "ways and drafting without it")
+                             "ways, drafting the way that agrees more with the main model on held-out prompted windows")
     parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
     parser.add_argument("--init", type=Path, default=None,
                         help="start from this trained draft's layers instead (continue training on new windows)")
@@ -135,19 +135,35 @@ def distill(args) -> dict:
                            cross_pool=pool, special=runtime.special)
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, prompt_view=args.prompt_view)
     best = train(trainer, train_set, val_set, config)
-    by_language = agreement_by_language(trainer, val_set, reads_prompt=args.prompt_view == "with")
+    reads_prompt = args.prompt_view == "with"
+    if args.prompt_view == "both":
+        reads_prompt, best["prompted_val_agreement"] = reads_prompt_better(trainer, val_set, runtime.special)
+    by_language = agreement_by_language(trainer, val_set, reads_prompt=reads_prompt)
     report = {"model": args.model, "layers": args.layers, "init": args.init and Path(args.init).name,
               "seed": args.seed, "languages": ",".join(f"{k}:{v:g}" for k, v in languages.items()), "audio": args.audio,
               "vocab_size_kept": args.vocab, "cross_pool": pool, "dropout": args.dropout,
               "prompt_view": args.prompt_view, "train_windows": len(train_set), "val_windows": len(val_set),
               "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
-              "label_seconds": round(label_seconds), **{k: round(v, 4) for k, v in best.items()},
+              "label_seconds": round(label_seconds),
+              **{k: round(v, 4) if isinstance(v, float) else v for k, v in best.items()},
               "threads": torch.get_num_threads()}
+    report["reads_prompt"] = reads_prompt
     save_draft(args.out, main_model, draft.model.decoder, vocab_ids, report, cross_pool=pool,
-               languages=by_language, reads_prompt=args.prompt_view == "with")
+               languages=by_language, reads_prompt=reads_prompt)
     report["out"] = str(args.out)
     report["val_agreement_by_language"] = {k: round(v, 4) for k, v in by_language.items()}
     return report
+
+
+def reads_prompt_better(trainer, val_set: list, special) -> tuple[bool, dict[str, float]]:
+    """Whether the draft agrees more with the main model reading held-out prompted windows with
+    their prompt than without it, and both agreements."""
+    from whisperspec.distill.train import prompt_views
+
+    prompted = [e for e in val_set if e.tokens[0] == special.sot_prev]
+    cross = [trainer.cross_kv(e.encoder_hidden) for e in prompted]
+    agreement = {view: trainer.agreement(*prompt_views(prompted, cross, view, special)) for view in ("with", "without")}
+    return agreement["with"] > agreement["without"], agreement
 
 
 def label_languages(runtime, sentences: dict[str, list[str]], weights: dict[str, float], windows: int,
