@@ -134,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         source, language, *mode = spec.rsplit(":", 2) if spec.endswith(":longform") else spec.rsplit(":", 1)
         paths = recording_paths([source])
         paths = paths if mode else paths[:args.limit]
-        name = f"{Path(source).name}:{language}{':longform' if mode else ''}"
-        folder = args.data_dir / name.replace(":", "-")
+        path = Path(source)  # named by its folder (a manifest's, a file's) and, for a file, its name
+        label = path.parent.name if path.suffix == ".jsonl" else f"{path.parent.name}-{path.stem}" if path.is_file() else path.name
+        name = f"{label}:{language}{':longform' if mode else ''}"
+        folder = args.data_dir / name.replace(":", "-").replace("/", "-")
         sets[name] = load_examples(label_source(runtime, paths, language, folder, longform=bool(mode)))
     for folder in args.shards:
         sets[folder.name] = load_examples(sorted(folder.glob("shard-*.pt")))

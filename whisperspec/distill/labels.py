@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from whisperspec.atomic import atomic_path
 from whisperspec.audio import HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram
 from whisperspec.distill.corpus import spoken_sentences
 from whisperspec.distill.speech import available_engines, synthesize_stream, synthesize_window
@@ -153,11 +154,10 @@ def build_dataset(runtime: WhisperRuntime, sentences: list[str], folder: Path, w
 
 
 def save_shard(examples: list[Example], path: Path) -> None:
-    """Write atomically: an interrupted run never leaves a half shard that a rerun would trust."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save([vars(e) for e in examples], tmp)
-    tmp.rename(path)
+    """Write atomically: an interrupted run never leaves a half shard that a rerun would trust, and
+    two runs labelling the same folder never write into one temporary file."""
+    with atomic_path(path) as temporary:
+        torch.save([vars(e) for e in examples], temporary)
 
 
 def load_examples(paths: list[Path]) -> list[Example]:
