@@ -266,3 +266,22 @@ def _stream(seconds):
 
     generator = torch.Generator().manual_seed(int(seconds))
     return Utterance((torch.randn(int(16000 * 40), generator=generator) * 0.1).numpy(), "", "noise")
+
+
+def test_training_both_views_picks_the_view_that_agrees_more_and_reports_languages(labelled):
+    from whisperspec.distill.cli import reads_prompt_better
+    from whisperspec.distill.train import agreement_by_language
+
+    runtime, examples, audio = labelled
+    prompted = label_windows(runtime, audio[:2], [[400, 401, 402]] * 2,
+                             DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=20))
+    data = examples + prompted
+    draft = draft_from_main(runtime.model, [0])
+    vocab_ids = draft_vocabulary(data, runtime.vocab_size, runtime.special.eot, VOCAB)
+    trainer = DraftTrainer(draft.model.decoder, vocab_ids, runtime.model.proj_out.weight, special=runtime.special)
+    train(trainer, data, data, TrainConfig(epochs=2, batch_size=4, lr=3e-3, warmup_steps=2, prompt_view="both"),
+          log=lambda line: None)
+    reads, agreement = reads_prompt_better(trainer, data, runtime.special)
+    assert set(agreement) == {"with", "without"} and reads == (agreement["with"] > agreement["without"])
+    by_language = agreement_by_language(trainer, data, reads_prompt=reads)
+    assert list(by_language) == ["en"] and 0 < by_language["en"] <= 1
