@@ -7,7 +7,7 @@ metadata saying which main model it belongs to (a fingerprint of the main embedd
 layers it has, how many encoder frames its cross-attention averages into one, whether it reads
 long-form's previous-text prompt, and the languages it was trained on with its held-out agreement
 in each (`draft_languages`: what a drafter that chooses per language reads).
-`shipped_draft(main)` finds the draft shipped for a main model, if there is one.
+`shipped_draft(main, language)` finds the shipped draft for a main model that agrees most in a language.
 """
 
 from __future__ import annotations
@@ -95,10 +95,11 @@ def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torc
     return draft, vocab_ids
 
 
-def shipped_draft(main: torch.nn.Module) -> Path | None:
-    """The draft file in whisperspec/assets trained for this main model, if any."""
-    mark = fingerprint(main)
-    for path in sorted(asset("").glob("*.safetensors")):
-        if read_metadata(path).get("main_fingerprint") == mark:
-            return path
-    return None
+def shipped_draft(main: torch.nn.Module, language: str | None = None) -> Path | None:
+    """The draft file in whisperspec/assets trained for this main model that agrees most with it in
+    `language` (default English) by its recorded held-out agreement, if any is shipped. The shipped
+    drafts' agreements are measured on the same held-out windows (docs/DISTILL.md), so they compare."""
+    mark, language = fingerprint(main), language or "en"
+    drafts = [path for path in sorted(asset("").glob("*.safetensors"))
+              if read_metadata(path).get("main_fingerprint") == mark]
+    return max(drafts, key=lambda path: draft_languages(path).get(language, 0.0), default=None)
