@@ -12,7 +12,8 @@ prompt. Labels are cached under --data-dir. `--shards` adds labelled folders as 
 held-out synthetic windows `whisperspec distill` wrote). Each draft then predicts every token of the
 main model's greedy sequence from the ones before it, reading a prompted window as it drafts
 (without the prompt unless its file says otherwise; `--both-views` also reports the other way), and
-the share it gets right is reported per source and language, for text and timestamp tokens apart.
+the share it gets right is reported per source and language, for text and timestamp tokens apart,
+with the share of base's text tokens its head scores at all (`head_coverage`).
 That is acceptance at lookahead 1; longer drafts are accepted less often.
 """
 
@@ -154,9 +155,12 @@ def main(argv: list[str] | None = None) -> int:
                 viewed, _ = prompt_views(examples, [None] * len(examples), view, runtime.special)
                 counts = token_agreement(trainer, viewed, runtime.special)
                 prompted = sum(e.tokens[0] == runtime.special.sot_prev for e in examples)
+                text = [t for e in examples for t in e.tokens[e.sample_begin:] if t < runtime.special.eot]
+                scored = set(vocab_ids.tolist())
                 row = {"draft": draft_path.name, "set": name, "windows": len(examples), "prompted": prompted,
                        "view": view, **{f"{k}": round(a / max(t, 1), 4) for k, (a, t) in counts.items()},
-                       "tokens": counts["all"][1], "timestamp_tokens": counts["timestamp"][1]}
+                       "tokens": counts["all"][1], "timestamp_tokens": counts["timestamp"][1],
+                       "head_coverage": round(sum(t in scored for t in text) / max(len(text), 1), 4)}
                 table.append(row)
                 print(json.dumps(row), flush=True)
     if args.out:
