@@ -285,3 +285,18 @@ def test_training_both_views_picks_the_view_that_agrees_more_and_reports_languag
     assert set(agreement) == {"with", "without"} and reads == (agreement["with"] > agreement["without"])
     by_language = agreement_by_language(trainer, data, reads_prompt=reads)
     assert list(by_language) == ["en"] and 0 < by_language["en"] <= 1
+
+
+def test_the_shipped_draft_for_a_language_is_the_one_that_agrees_most_in_it(labelled, tmp_path, monkeypatch):
+    from whisperspec.distill import draft_file
+
+    runtime, _, _ = labelled
+    draft = draft_from_main(runtime.model, [0])
+    for name, languages in (("a-english.safetensors", {"en": 0.8, "fr": 0.2}),
+                            ("b-multilingual.safetensors", {"en": 0.7, "fr": 0.6, "ru": 0.5})):
+        save_draft(tmp_path / name, runtime.model, draft.model.decoder, torch.arange(10), {}, languages=languages)
+    monkeypatch.setattr(draft_file, "asset", lambda name: tmp_path / name)
+    assert draft_file.shipped_draft(runtime.model).name == "a-english.safetensors"  # English by default
+    assert draft_file.shipped_draft(runtime.model, "fr").name == "b-multilingual.safetensors"
+    assert draft_file.shipped_draft(runtime.model, "ru").name == "b-multilingual.safetensors"
+    assert draft_file.shipped_draft(tiny_runtime(6, dtype=torch.float32).model) is None  # none for another model
