@@ -89,3 +89,170 @@ def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
         transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, max_seconds=2)
     with pytest.raises(ValueError, match="compute type"):
         transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, "fp8")
+
+
+def test_a_guard_stops_at_its_budget_counted_from_the_first_round_or_when_cancelled():
+    import time
+
+    from whisperspec.demo_requests import RequestGuard, RequestStopped
+
+    guard = RequestGuard(0.2)
+    time.sleep(0.3)  # loading, before the first round: not counted
+    guard()
+    guard()
+    time.sleep(0.3)
+    with pytest.raises(RequestStopped, match="stopped after 0.2 s of computing"):
+        guard()
+    unlimited = RequestGuard(None)
+    unlimited()
+    unlimited.cancel()
+    with pytest.raises(RequestStopped, match="cancelled"):
+        unlimited()
+
+
+def test_a_cancelled_or_abandoned_request_stops_its_work_and_only_then_frees_its_slot():
+    """Gradio cancels the event's task (a client's cancel), or the visitor leaves (unload): the
+    work, checking its guard as a decode does between rounds, stops at its next check, and the
+    cancelled event ends only once the work has."""
+    import asyncio
+    import threading
+    import time
+
+    from whisperspec.demo_requests import ActiveRequests, RequestStopped
+
+    requests, stopped = ActiveRequests(seconds=60), []
+
+    def work(guard):
+        try:
+            for _ in range(1000):  # 10 s unless stopped
+                guard()
+                time.sleep(0.01)
+            return "finished"
+        finally:
+            stopped.append(time.monotonic())
+
+    async def scenario():
+        task = asyncio.ensure_future(requests.run("visitor-a", work))
+        await asyncio.sleep(0.2)
+        assert requests.running() == requests.decoding() == 1
+        cancelled = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert stopped and stopped[0] - cancelled < 0.5 and time.monotonic() - stopped[0] < 0.5
+        assert requests.running() == 0
+        left = asyncio.ensure_future(requests.run("visitor-b", work))
+        other = asyncio.ensure_future(requests.run("visitor-c", lambda guard: (guard(), "answered")[1]))
+        await asyncio.sleep(0.2)
+        requests.leave("visitor-b")  # Gradio's unload for visitor-b's session
+        with pytest.raises(RequestStopped, match="cancelled"):
+            await left
+        assert await other == "answered" and len(stopped) == 2 and requests.running() == 0
+
+    asyncio.run(scenario())
+    assert threading.active_count() < 50
+
+
+@pytest.mark.real
+def test_an_interrupted_decode_stops_within_a_round_and_the_transcriber_is_reused():
+    from whisperspec.demo_requests import RequestStopped
+    from whisperspec.transcribe import Transcriber
+
+    for draft in ("none", "int8"):
+        transcriber = Transcriber("tiny.en", draft=draft)
+        expected = transcriber.transcribe(CLIP)
+        rounds = []
+
+        def interrupt():
+            rounds.append(1)
+            if len(rounds) == 3:
+                raise RequestStopped("stop")
+
+        with pytest.raises(RequestStopped):
+            transcriber.transcribe(CLIP, interrupt=interrupt)
+        assert len(rounds) == 3  # checked before every round, nothing decoded after the stop
+        checks = []
+        again = transcriber.transcribe(CLIP, interrupt=lambda: checks.append(1))
+        assert [s.tokens for s in again.segments] == [s.tokens for s in expected.segments]
+        assert len(checks) == again.stats["speculation"]["rounds"] == expected.stats["speculation"]["rounds"]
+
+
+def test_a_live_chunk_is_read_whole_and_a_bad_one_is_reported_without_its_server_path(tmp_path):
+    """The browser's recorder writes a WAV header that declares no real length (it streams)."""
+    import struct
+
+    import numpy as np
+
+    from whisperspec.demo_live import LiveSession
+    from whisperspec.spec import DraftSpec
+
+    samples = (np.sin(np.arange(4800) / 10) * 10000).astype("<i2")  # 0.1 s at 48 kHz
+    header = (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 48000, 96000, 2, 16)
+              + b"data" + struct.pack("<I", 0xFFFFFFD3))
+    (tmp_path / "chunk.wav").write_bytes(header + samples.tobytes())
+    live = LiveSession(("tiny.en", DraftSpec("none"), "float32"), "English", "transcribe")
+    live.add(str(tmp_path / "chunk.wav"))
+    assert len(live.transcript.buffer) == 1600 and live.transcript.language == "en"
+    (tmp_path / "text.wav").write_text("not a recording" * 10)
+    with pytest.raises(ValueError, match="the recording") as error:
+        live.add(str(tmp_path / "text.wav"))
+    assert str(tmp_path) not in str(error.value)
+
+
+def test_streamed_chunks_are_taken_in_upload_order_once_each_and_passed_on_to_gradio():
+    """Uploads are numbered as they arrive (the order the browser recorded the chunks); posts
+    that come late, twice, or name a file no upload wrote are ordered, merged or ignored."""
+    import asyncio
+    import json
+    import time
+
+    from whisperspec.demo_live import StreamedChunks
+
+    chunks, seen = StreamedChunks(reorder_seconds=0.3), []
+
+    async def gradio(scope, receive, send):
+        messages = [await receive()]
+        while messages[-1].get("more_body"):
+            messages.append(await receive())
+        body = b"".join(m["body"] for m in messages)
+        seen.append((scope["path"], body))
+        if scope["path"].endswith("/upload"):  # Gradio's answer: where it stored the file
+            await send({"type": "http.response.start", "status": 200})
+            await send({"type": "http.response.body", "body": json.dumps([f"/up/{body.decode()}/audio.wav"]).encode()})
+
+    tapped = chunks.tap(gradio)
+
+    async def post(path, body):
+        messages = [{"type": "http.request", "body": body[:3], "more_body": True},
+                    {"type": "http.request", "body": body[3:], "more_body": False}]
+
+        async def send(message):
+            pass
+
+        await tapped({"type": "http", "method": "POST", "path": path}, lambda: asyncio.sleep(0, messages.pop(0)), send)
+
+    def chunk(name, session="s1"):
+        return json.dumps({"data": [{"path": f"/up/{name}/audio.wav"}, None], "session_hash": session}).encode()
+
+    async def scenario():
+        for name in ("a", "b", "c", "d", "x"):
+            await post("/gradio_api/upload", name.encode())
+        for name in ("b", "a", "a", "c"):  # b's upload finished first; a posted twice
+            await post("/gradio_api/stream/event-1", chunk(name))
+        await post("/gradio_api/stream/event-1", chunk("/etc", session="s1"))  # not an upload's
+        await post("/gradio_api/stream/event-2", chunk("x", session="s2"))
+        assert chunks.take("s1") == []  # a late chunk may still come
+        await asyncio.sleep(0.35)
+        assert chunks.take("s1") == [f"/up/{n}/audio.wav" for n in "abc"]
+        await post("/gradio_api/stream/event-1", chunk("d"))
+        assert chunks.take("s1", wait=False) == ["/up/d/audio.wav"]  # the recording stopped
+        for name in ("e", "f"):
+            await post("/gradio_api/upload", name.encode())
+        await post("/gradio_api/stream/event-1", chunk("f"))
+        assert chunks.take("s1", wait=False) == ["/up/f/audio.wav"]
+        await post("/gradio_api/stream/event-1", chunk("e"))  # later than a chunk recorded after it
+        assert chunks.take("s1", wait=False) == []
+
+    asyncio.run(scenario())
+    assert chunks.tapped and chunks.take("s2", wait=False) == ["/up/x/audio.wav"]
+    assert ("/gradio_api/stream/event-1", chunk("b")) in seen and len(seen) == 16  # Gradio gets every request

@@ -44,11 +44,10 @@ def test_a_visitor_uploads_the_sample_and_sees_transcript_and_tokens(server):
         pytest.skip("headless Chromium is not installed: sudo apt-get install chromium")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server)
+        choose(page, "Drafter", "int8")  # a drafter that drafts on any clip ('auto' may find plain steps faster)
         page.locator("input[type=file]").first.set_input_files(str(CLIP))
         page.wait_for_timeout(1500)  # the upload reaches the server
         page.locator("#transcribe").click()
@@ -154,3 +153,169 @@ def test_a_stopped_demo_leaves_no_visitor_transcripts(tmp_path):
         assert not [folder for folder in made if os.path.exists(folder)]
     finally:
         server.kill()
+
+
+def test_a_visitor_speaks_into_the_live_microphone(server, tmp_path):
+    """Chromium's fake microphone plays an Asterisk prompt and a pause, over and over: the confirmed
+    transcript appears while it plays and reads the prompt, the tokens show which the drafter
+    proposed, and stopping the recording confirms the rest."""
+    import json
+
+    import numpy as np
+    import soundfile as sf
+
+    from whisperspec.audio import load_audio
+    from whisperspec.evaluation.scoring import normalizer, score
+
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).is_file():
+        pytest.skip("headless Chromium is not installed: sudo apt-get install chromium")
+    references = {r["id"]: r["text"] for r in map(json.loads, (CLIP.parent / "references.jsonl").read_text().splitlines())}
+    reference = references["privacy-prompt"]  # "Please enter your phone number, starting with the area code."
+    microphone = tmp_path / "microphone.wav"  # the prompt, a pause, and a microphone's faint noise
+    audio = np.concatenate([load_audio(CLIP.parent / "privacy-prompt.flac"), np.zeros(24000, np.float32)])
+    sf.write(microphone, audio + np.random.default_rng(0).normal(0, 3e-4, len(audio)).astype(np.float32), 16000,
+             subtype="PCM_16")
+    client_module = pytest.importorskip("gradio_client")  # the model the page uses, loaded as a first visitor would
+    client_module.Client(server, verbose=False).predict(client_module.handle_file(str(CLIP)), "tiny.en", "int8", "3", "",
+                                                        "transcribe", False, "float32", api_name="/run")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with playwright.sync_playwright() as p:
+        browser = launch_chromium(p, "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                                  f"--use-file-for-fake-audio-capture={microphone}")
+        page = browser.new_page(viewport={"width": 1280, "height": 1100})
+        page.goto(server)
+        choose(page, "Drafter", "int8")
+        page.get_by_role("tab", name="Live microphone").click()
+        page.locator("#live-audio .record-button").click()
+        page.wait_for_function("() => document.querySelector('#live-transcript textarea').value.includes('area code')",
+                               timeout=150_000)
+        page.wait_for_selector("#live-view .ws-tokens .ws-tentative", timeout=60_000)  # the next loop, not yet agreed
+        page.screenshot(path=str(ARTIFACTS / "demo-live.png"), full_page=True)
+        page.locator("#live-audio button", has_text="Stop").click()
+        page.wait_for_function("() => !document.querySelector('#live-view .ws-tokens .ws-tentative')", timeout=60_000)
+        transcript = page.locator("#live-transcript textarea").input_value()
+        drafted = page.locator("#live-view .ws-tokens .ws-draft").count()
+        main = page.locator("#live-view .ws-tokens .ws-main").count()
+        print(transcript, page.locator("#live-stats").inner_text(), sep="\n")  # how much audio the server lost
+        browser.close()
+    # The prompt plays several times; on a busy machine Chromium's fake device itself drops audio, so
+    # the test asks for one reading of the prompt that is close to right, not for every one.
+    words, expected = normalizer("en")(transcript).split(), normalizer("en")(reference).split()
+    best = min(score([" ".join(expected)], [" ".join(words[i:i + n])]).wer
+               for n in range(len(expected) - 2, len(expected) + 3) for i in range(max(len(words) - n + 1, 1)))
+    assert best <= 0.3, transcript
+    assert drafted and main  # tokens the draft proposed and tokens of the main model's own, marked
+
+
+@pytest.fixture(scope="module")
+def budgeted_server(tmp_path_factory):
+    """A demo that gives a request 10 s of computing, and ten minutes of speech to exceed it with."""
+    pytest.importorskip("gradio")
+    import numpy as np
+    import soundfile as sf
+
+    from whisperspec.audio import load_audio
+    from whisperspec.demo import build_demo
+    from whisperspec.demo_requests import ActiveRequests
+
+    long = tmp_path_factory.mktemp("long") / "long.flac"
+    prompt = load_audio(CLIP.parent / "basic-pbx-ivr-main.flac")  # 25 s
+    sf.write(long, np.tile(prompt, 23), 16000)  # 9.7 min: about 20 windows per pass
+    requests = ActiveRequests()
+    port = free_port()
+    demo = build_demo("tiny.en", models="tiny.en", max_seconds=600, max_request_seconds=10, requests=requests)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/", requests, long
+    demo.close()
+
+
+def transcribe_with(client_module, client, path, compare=False):
+    return client.submit(client_module.handle_file(str(path)), "tiny.en", "int8", "3", "", "transcribe", compare,
+                         "float32", api_name="/run")
+
+
+def test_a_request_over_its_budget_is_stopped_and_the_others_are_answered_meanwhile(budgeted_server):
+    """Ten minutes of speech, drafted and compared, takes longer than the 10 s a request may
+    compute: it stops there with a message that says so, and the normal requests queued behind it
+    are answered within the budget plus their usual latency."""
+    client_module = pytest.importorskip("gradio_client")
+    url, requests, long = budgeted_server
+    client = client_module.Client(url, verbose=False)
+    started = time.monotonic()
+    assert "phone system" in transcribe_with(client_module, client, CLIP).result(timeout=120)[0].lower()
+    usual = time.monotonic() - started  # the model loads during the first: an upper bound
+    hostile = transcribe_with(client_module, client_module.Client(url, verbose=False), long, compare=True)
+    decoding(requests, ending(hostile), seconds=0)
+    queued_at = time.monotonic()
+    normal = [transcribe_with(client_module, client_module.Client(url, verbose=False), CLIP) for _ in range(3)]
+    answers = [job.result(timeout=120)[0] for job in normal]
+    waited = time.monotonic() - queued_at
+    with pytest.raises(Exception, match="stopped after 10 s of computing"):
+        hostile.result(timeout=60)
+    assert all("phone system" in answer.lower() for answer in answers)
+    assert waited < 10 + 3 * usual + 5, (waited, usual)
+    assert requests.running() == 0
+
+
+def test_a_cancelled_request_frees_the_worker(budgeted_server):
+    """A client's cancel (Gradio cancels the event): the decode stops within moments, well before
+    its budget, and the next request is served."""
+    client_module = pytest.importorskip("gradio_client")
+    url, requests, long = budgeted_server
+    job = transcribe_with(client_module, client_module.Client(url, verbose=False), long, compare=True)
+    decoding(requests, ending(job))
+    cancelled = time.monotonic()
+    job.cancel()
+    while requests.running():
+        time.sleep(0.05)
+    assert time.monotonic() - cancelled < 5  # its budget had more than 8 s left
+    client = client_module.Client(url, verbose=False)
+    assert "phone system" in transcribe_with(client_module, client, CLIP).result(timeout=60)[0].lower()
+
+
+def test_a_visitor_who_closes_the_page_stops_their_decode(budgeted_server):
+    """The page closes while its request decodes: Gradio's unload for that session stops it."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).is_file():
+        pytest.skip("headless Chromium is not installed: sudo apt-get install chromium")
+    url, requests, long = budgeted_server
+    with playwright.sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page()
+        page.goto(url)
+        page.locator("input[type=file]").first.set_input_files(str(long))
+        page.wait_for_timeout(3000)  # the upload reaches the server
+        page.locator("#transcribe").click()
+        decoding(requests, lambda: "page closed" if page.is_closed() else None)
+        left = time.monotonic()
+        page.close()
+        while requests.running():
+            time.sleep(0.05)
+        assert time.monotonic() - left < 5
+        browser.close()
+
+
+def decoding(requests, ended, seconds: float = 1.0) -> None:
+    """Wait until a request is decoding, and let it decode for `seconds`. ended(): None while the
+    request runs, then how it ended."""
+    while requests.decoding() == 0:
+        assert ended() is None, f"the request ended before it started decoding: {ended()!r}"
+        time.sleep(0.05)
+    time.sleep(seconds)
+
+
+def ending(job):
+    return (lambda: (job.exception() or job.result()) if job.done() else None)
+
+
+def choose(page, label: str, value: str) -> None:
+    """Pick `value` in the dropdown labelled `label`."""
+    page.get_by_label(label).click()
+    page.get_by_role("option", name=value, exact=True).click()
+
+
+def launch_chromium(p, *args: str):
+    return p.chromium.launch(executable_path=CHROMIUM, args=[
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", *args])

@@ -299,4 +299,5 @@ def test_the_shipped_draft_for_a_language_is_the_one_that_agrees_most_in_it(labe
     assert draft_file.shipped_draft(runtime.model).name == "a-english.safetensors"  # English by default
     assert draft_file.shipped_draft(runtime.model, "fr").name == "b-multilingual.safetensors"
     assert draft_file.shipped_draft(runtime.model, "ru").name == "b-multilingual.safetensors"
+    assert draft_file.shipped_draft(runtime.model, "ja") is None  # no shipped draft was trained for it
     assert draft_file.shipped_draft(tiny_runtime(6, dtype=torch.float32).model) is None  # none for another model

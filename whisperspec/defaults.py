@@ -2,7 +2,9 @@
 and the text-LM module all read them from here. Why each value: docs/BENCHMARKS.md."""
 
 MODEL = "base"
-DRAFT = "none"  # plain greedy decoding: the reference every drafter must equal
+# The fastest drafter for the audio at hand, chosen as decoding goes (`none`, plain greedy decoding,
+# is the reference every drafter must equal, token for token)
+DRAFT = "auto"
 
 # Tokens drafted per round. Whisper: a fixed 3 was the fastest policy measured with base's trained
 # draft end to end and on long-form. Text LMs: n-gram lookup pays off on long copied runs.
@@ -19,6 +21,12 @@ NGRAM_MAX = 3  # longest n-gram prompt lookup matches
 INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
 TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`distill --vocab`)
 
+# Corpus mode (`whisperspec transcribe` over many files): windows of this many files decoded together
+# (measured against 1, 4 and 16 on 2 cores, greedy and with the trained draft).
+BATCH_SIZE = 8
+# `--engine ray`: CPUs (torch threads) per transcriber actor.
+RAY_CPUS_PER_WORKER = 2
+
 # Audio shorter than this holds no word: Whisper would only make one up.
 MIN_SPEECH_SECONDS = 0.25
 
@@ -28,3 +36,7 @@ RUNAWAY_CHECK_EVERY, RUNAWAY_MIN_TOKENS = 32, 64
 
 # `whisperspec distill`
 DISTILL_EPOCHS = 5
+
+# The demo's live microphone: new audio between two readings of the growing buffer (whisper_streaming's
+# default minimum chunk; each reading re-decodes the buffer, so a shorter step costs more CPU).
+LIVE_STEP_SECONDS = 1.0
