@@ -171,3 +171,133 @@ def test_recordings_become_windows_the_way_decoding_meets_them(tmp_path):
         again = label_recordings(runtime, paths, ["A sentence to prompt with."], tmp_path / "labels", shard_size=8)
     assert again == (train_shards, val_shards)  # cached: a second run labels nothing
     assert all(p.stat().st_mtime_ns == q.stat().st_mtime_ns for p, q in zip(train_shards, again[0]))
+
+
+def test_sentences_of_other_languages_keep_their_letters_and_drop_what_is_not_prose():
+    texts = ["Le total est de douze euros. Sometimes it helps a little, and the rest of it is fine.",
+             "Utilisez l'option -l pour lister. Вот и всё, друзья мои.", "Ça marche très bien, d'accord ?"]
+    assert sentences(texts, language="fr") == ["Le total est de douze euros.", "Ça marche très bien, d'accord ?"]
+    assert sentences(["Вот и всё, друзья мои. Hello there my friend."], language="ru") == ["Вот и всё, друзья мои."]
+
+
+def test_man_pages_lose_their_macros_and_keep_their_accents(tmp_path):
+    import gzip
+
+    from whisperspec.distill.corpus import manpage_texts
+
+    (tmp_path / "man1").mkdir()
+    source = ".TH LS 1\n.SH NOM\nAfficher le contenu des r\\('epertoires qui \\fBposs\\(`edent\\fR un\nnom.\n.TP\n\\-a\n"
+    (tmp_path / "man1" / "ls.1.gz").write_bytes(gzip.compress(source.encode()))
+    assert manpage_texts(tmp_path) == ["Afficher le contenu des répertoires qui possèdent un nom.", "-a"]
+
+
+def test_spoken_text_adds_prompts_with_numbers_and_disfluencies():
+    from whisperspec.distill.corpus import PROMPTS, disfluent, spoken_sentences, telephone_prompt
+
+    rng = random.Random(0)
+    for language in PROMPTS:
+        prompt = telephone_prompt(language, rng)
+        assert "{" not in prompt and prompt[0].isalpha()
+    sentence = "This sentence has six plain words."
+    said = disfluent(sentence, "en", rng)
+    assert len(said.split()) > len(sentence.split())
+    picked = spoken_sentences([f"Sentence number {i} is here." for i in range(50)], "de", random.Random(1), 40)
+    assert len(picked) == 40 and any("Sentence number" not in s for s in picked)
+
+
+def test_languages_option_reads_weights_and_refuses_unknown_languages():
+    import argparse
+
+    from whisperspec.distill.cli import parse_languages
+
+    assert parse_languages("en:3,es,fr") == {"en": 3.0, "es": 1.0, "fr": 1.0}
+    with pytest.raises(argparse.ArgumentTypeError, match="xx"):
+        parse_languages("en,xx")
+
+
+def test_a_prompted_window_trains_as_the_draft_reads_it(labelled):
+    from whisperspec.distill.train import prompt_views, without_prompt
+
+    runtime, examples, _ = labelled
+    special = runtime.special
+    prompted = label_windows(runtime, [torch.zeros(16000 * 3).numpy()], [[400, 401, 402]],
+                             DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=10))[0]
+    assert prompted.tokens[:4] == [special.sot_prev, 400, 401, 402]
+    stripped = without_prompt(prompted, special)
+    assert stripped.tokens[0] == special.sot and stripped.sample_begin == prompted.sample_begin - 4
+    assert torch.equal(stripped.target_hidden, prompted.target_hidden[4:])
+    assert without_prompt(examples[0], special) is examples[0]  # no prompt: nothing to strip
+    both, cross = prompt_views([examples[0], prompted], ["a", "b"], "both", special)
+    assert [e.tokens[0] for e in both] == [special.sot, special.sot_prev, special.sot] and cross == ["a", "b", "b"]
+
+
+def test_a_draft_file_says_which_languages_it_covers_and_whether_it_reads_prompts(labelled, tmp_path):
+    from whisperspec.distill.draft_file import draft_languages
+
+    runtime, examples, _ = labelled
+    draft = draft_from_main(runtime.model, [0])
+    old = save_draft(tmp_path / "old.safetensors", runtime.model, draft.model.decoder, torch.arange(10),
+                     {"val_agreement": 0.7})
+    assert draft_languages(old) == {"en": 0.7}  # saved before languages were recorded: English only
+    new = save_draft(tmp_path / "new.safetensors", runtime.model, draft.model.decoder, torch.arange(10), {},
+                     languages={"en": 0.81234, "fr": 0.6}, reads_prompt=True)
+    assert draft_languages(new) == {"en": 0.8123, "fr": 0.6}
+    assert load_draft(new, runtime.model)[0].config.reads_prompt and not load_draft(old, runtime.model)[0].config.reads_prompt
+    assert trained_drafter(new, runtime).view is None and trained_drafter(old, runtime).view is not None
+
+
+def test_long_form_windows_follow_on_after_the_text_of_the_first(monkeypatch):
+    from whisperspec.distill import labels
+
+    runtime = tiny_runtime(5, dtype=torch.float32)
+    runtime.max_length = 60  # random models babble: keep labelling short
+    # 40 s of noise for a recording (the labels come from the model anyway)
+    monkeypatch.setattr(labels, "synthesize_stream", lambda sentences, rng, seconds, engine, language: _stream(seconds))
+    examples = labels.label_longform(runtime, ["One sentence to say."] * 60, random.Random(0), 4, [None], "en")
+    first, following = examples[:4], examples[4:]
+    assert all(e.tokens[0] == runtime.special.sot for e in first) and len(following) == 4
+    assert all(e.tokens[0] == runtime.special.sot_prev and e.language == "en" for e in following)
+    timestamps_on = [runtime.special.no_timestamps not in e.tokens[:e.sample_begin] for e in examples]
+    assert all(timestamps_on)
+
+
+def _stream(seconds):
+    from whisperspec.distill.speech import Utterance
+
+    generator = torch.Generator().manual_seed(int(seconds))
+    return Utterance((torch.randn(int(16000 * 40), generator=generator) * 0.1).numpy(), "", "noise")
+
+
+def test_training_both_views_picks_the_view_that_agrees_more_and_reports_languages(labelled):
+    from whisperspec.distill.cli import reads_prompt_better
+    from whisperspec.distill.train import agreement_by_language
+
+    runtime, examples, audio = labelled
+    prompted = label_windows(runtime, audio[:2], [[400, 401, 402]] * 2,
+                             DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=20))
+    data = examples + prompted
+    draft = draft_from_main(runtime.model, [0])
+    vocab_ids = draft_vocabulary(data, runtime.vocab_size, runtime.special.eot, VOCAB)
+    trainer = DraftTrainer(draft.model.decoder, vocab_ids, runtime.model.proj_out.weight, special=runtime.special)
+    train(trainer, data, data, TrainConfig(epochs=2, batch_size=4, lr=3e-3, warmup_steps=2, prompt_view="both"),
+          log=lambda line: None)
+    reads, agreement = reads_prompt_better(trainer, data, runtime.special)
+    assert set(agreement) == {"with", "without"} and reads == (agreement["with"] > agreement["without"])
+    by_language = agreement_by_language(trainer, data, reads_prompt=reads)
+    assert list(by_language) == ["en"] and 0 < by_language["en"] <= 1
+
+
+def test_the_shipped_draft_for_a_language_is_the_one_that_agrees_most_in_it(labelled, tmp_path, monkeypatch):
+    from whisperspec.distill import draft_file
+
+    runtime, _, _ = labelled
+    draft = draft_from_main(runtime.model, [0])
+    for name, languages in (("a-english.safetensors", {"en": 0.8, "fr": 0.2}),
+                            ("b-multilingual.safetensors", {"en": 0.7, "fr": 0.6, "ru": 0.5})):
+        save_draft(tmp_path / name, runtime.model, draft.model.decoder, torch.arange(10), {}, languages=languages)
+    monkeypatch.setattr(draft_file, "asset", lambda name: tmp_path / name)
+    assert draft_file.shipped_draft(runtime.model).name == "a-english.safetensors"  # English by default
+    assert draft_file.shipped_draft(runtime.model, "fr").name == "b-multilingual.safetensors"
+    assert draft_file.shipped_draft(runtime.model, "ru").name == "b-multilingual.safetensors"
+    assert draft_file.shipped_draft(runtime.model, "ja") is None  # no shipped draft was trained for it
+    assert draft_file.shipped_draft(tiny_runtime(6, dtype=torch.float32).model) is None  # none for another model

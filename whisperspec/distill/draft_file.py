@@ -4,8 +4,10 @@ A distilled draft (`whisperspec distill`) reuses the main model's encoder, token
 embeddings and (a slice of) its output head, so its file holds just its decoder layers and final
 layer norm, in float16 (base: 2 layers, ~17 MB), the ids of the tokens its head scores, and
 metadata saying which main model it belongs to (a fingerprint of the main embeddings), how many
-layers it has and how many encoder frames its cross-attention averages into one.
-`shipped_draft(main)` finds the draft shipped for a main model, if there is one.
+layers it has, how many encoder frames its cross-attention averages into one, whether it reads
+long-form's previous-text prompt, and the languages it was trained on with its held-out agreement
+in each (`draft_languages`: what a drafter that chooses per language reads).
+`shipped_draft(main, language)` finds the shipped draft for a main model that agrees most in a language.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from whisperspec.resources import asset
 
 SHARED = ("embed_tokens.", "embed_positions.")  # the main model's, never stored
 VOCAB_IDS = "vocab_ids"  # the full-vocabulary ids of the draft head's rows
+LANGUAGES = "languages"  # metadata: JSON {language code: held-out teacher-forced agreement}
 
 
 _fingerprints: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()
@@ -39,14 +42,18 @@ def fingerprint(model: torch.nn.Module) -> str:
 
 
 def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module, vocab_ids: torch.Tensor,
-               info: dict, cross_pool: int = 1) -> Path:
-    """Write the draft's own weights (float16) and the ids of the tokens its head scores."""
+               info: dict, cross_pool: int = 1, languages: dict[str, float] | None = None,
+               reads_prompt: bool = False) -> Path:
+    """Write the draft's own weights (float16) and the ids of the tokens its head scores;
+    `languages`: {language code: teacher-forced agreement on its held-out windows}."""
     tensors = {name: value.detach().half().contiguous() for name, value in draft_decoder.state_dict().items()
                if not name.startswith(SHARED)}
     tensors[VOCAB_IDS] = vocab_ids.to(torch.int32).contiguous()
     metadata = {"main_fingerprint": fingerprint(main), "decoder_layers": str(len(draft_decoder.layers)),
                 "vocab_size_kept": str(len(vocab_ids)), "cross_attention_pool": str(cross_pool),
-                "info": json.dumps(info)}
+                "info": json.dumps(info), "reads_prompt": str(int(reads_prompt))}
+    if languages is not None:
+        metadata[LANGUAGES] = json.dumps({code: round(value, 4) for code, value in languages.items()})
     with atomic_path(path) as temporary:
         save_file(tensors, str(temporary), metadata=metadata)
     return path
@@ -68,6 +75,7 @@ def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torc
         raise ValueError(f"{path} was trained for another main model (fingerprint {meta['main_fingerprint']})")
     draft = draft_from_main(main, [0] * int(meta["decoder_layers"]))
     draft.config.cross_attention_pool = int(meta.get("cross_attention_pool", 1))  # read by the drafter
+    draft.config.reads_prompt = meta.get("reads_prompt") == "1"  # and so is this
     weights = load_file(str(path))
     vocab_ids = weights.pop(VOCAB_IDS).long()
     missing, unexpected = draft.model.decoder.load_state_dict(
@@ -82,15 +90,16 @@ def draft_languages(path: Path) -> dict[str, float | None]:
     where the file records it. Drafts from before the recipe spoke other languages were trained on
     English speech only."""
     meta = read_metadata(path)
-    if "languages" in meta:
-        return json.loads(meta["languages"])
+    if LANGUAGES in meta:
+        return json.loads(meta[LANGUAGES])
     return {"en": json.loads(meta.get("info", "{}")).get("val_agreement")}
 
 
-def shipped_draft(main: torch.nn.Module) -> Path | None:
-    """The draft file in whisperspec/assets trained for this main model, if any."""
-    mark = fingerprint(main)
-    for path in sorted(asset("").glob("*.safetensors")):
-        if read_metadata(path).get("main_fingerprint") == mark:
-            return path
-    return None
+def shipped_draft(main: torch.nn.Module, language: str | None = None) -> Path | None:
+    """The draft file in whisperspec/assets trained for this main model and for `language` (default
+    English) with the highest recorded held-out agreement in it, if one is shipped: the English
+    draft for English, the multilingual one for the other languages it was trained for."""
+    mark, language = fingerprint(main), language or "en"
+    drafts = [path for path in sorted(asset("").glob("*.safetensors"))
+              if read_metadata(path).get("main_fingerprint") == mark and language in draft_languages(path)]
+    return max(drafts, key=lambda path: draft_languages(path)[language] or 0.0, default=None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import random
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +29,9 @@ from whisperspec.evaluation.datasets import AUDIO_SUFFIXES, check_trainable, loa
 from whisperspec.whisper.decode import DecodeOptions
 from whisperspec.whisper.model import WhisperRuntime
 
-MODES = {"plain": DecodeOptions(language="en", temperatures=(0.0,)),
-         "timestamps": DecodeOptions(language="en", timestamps=True, temperatures=(0.0,)),
-         "prompt": DecodeOptions(language="en", temperatures=(0.0,))}  # with a previous-text prompt
+MODES = {"plain": DecodeOptions(temperatures=(0.0,)),
+         "timestamps": DecodeOptions(timestamps=True, temperatures=(0.0,)),
+         "prompt": DecodeOptions(temperatures=(0.0,))}  # with a previous-text prompt
 
 
 def recording_paths(sources: list[str]) -> list[Path]:
@@ -54,10 +55,13 @@ def recording_paths(sources: list[str]) -> list[Path]:
 
 
 def label_recordings(runtime: WhisperRuntime, paths: list[Path], sentences: list[str], folder: Path,
-                     seed: int = 0, shard_size: int = 32) -> tuple[list[Path], list[Path]]:
+                     seed: int = 0, shard_size: int = 32,
+                     language: str | None = "en") -> tuple[list[Path], list[Path]]:
     """Label the windows of `paths` into shards under `folder` (train, validation); a folder named
-    after the file list and seed, so a second run reuses them. `sentences`: text for the prompts."""
-    key = hashlib.sha1("\n".join(map(str, paths)).encode() + str(seed).encode()).hexdigest()[:12]
+    after the file list, seed and language, so a second run reuses them. `sentences`: text for the
+    prompts; `language`: the one the recordings are decoded in (None: detected per window)."""
+    key = hashlib.sha1("\n".join(map(str, paths)).encode() + str(seed).encode()
+                       + ("" if language == "en" else f":{language}").encode()).hexdigest()[:12]
     folder = folder / f"recordings-{key}"
     rng = random.Random(seed)
     val_files, train_files = paths[::10], [p for i, p in enumerate(paths) if i % 10]
@@ -73,7 +77,7 @@ def label_recordings(runtime: WhisperRuntime, paths: list[Path], sentences: list
                 for mode in dict.fromkeys(w[0] for w in batch):
                     audio = [w[1] for w in batch if w[0] == mode]
                     prompts = [previous_text_prompt(runtime, sentences, rng) if mode == "prompt" else [] for _ in audio]
-                    examples += label_windows(runtime, audio, prompts, MODES[mode])
+                    examples += label_windows(runtime, audio, prompts, replace(MODES[mode], language=language))
                 save_shard(examples, path)
             shards[name].append(path)
     return shards["train"], shards["val"]

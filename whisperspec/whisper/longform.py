@@ -82,7 +82,7 @@ class LongformWalk:
         if result.is_silence(self.options):
             self.seek += window_frames
             return
-        new_segments, advance, consumed = _split_segments(result.tokens, result.from_draft, special, offset,
+        new_segments, advance, consumed = split_segments(result.tokens, result.from_draft, special, offset,
                                                           window_frames)
         for segment in new_segments:
             segment.text = runtime.decode_text(segment.tokens)
@@ -109,7 +109,7 @@ def carry_window_scores(segments: list[Segment], result: WindowResult) -> None:
         segment.no_speech_prob, segment.temperature = result.no_speech_prob, result.temperature
 
 
-def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,
+def split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,
                     window_frames: int) -> tuple[list[Segment], int, list[int]]:
     """Segments from one window's tokens, how many frames to advance, and the tokens consumed."""
     is_ts = [special.is_timestamp(t) for t in tokens]

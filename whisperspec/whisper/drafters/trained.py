@@ -2,8 +2,8 @@
 
 Its few layers read the main encoder's output (no second encoder pass) and reuse the main decoder's
 cross-attention keys/values where distillation kept the projections frozen; its head scores its
-own slice of the vocabulary; it runs with int8 weights; and it drafts without long-form's
-previous-text prompt, which it was not trained to read (`without_prompt`).
+own slice of the vocabulary; it runs with int8 weights; and, unless its file says it was trained
+to read it, it drafts without long-form's previous-text prompt (`without_prompt`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True) -
     cross_layers = shared_cross_layers(draft.model.decoder, runtime.model.model.decoder)
     model = WindowDraftModel(kv, vocab_ids, head=head, cross_source=runtime.decoder if cross_layers else None,
                              cross_layers=cross_layers)
-    return ModelDrafter(model, runtime.vocab_size, view=without_prompt(runtime.special))
+    reads_prompt = getattr(draft.config, "reads_prompt", False)
+    return ModelDrafter(model, runtime.vocab_size, view=None if reads_prompt else without_prompt(runtime.special))
 
 
 def without_prompt(special):
