@@ -20,7 +20,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from whisperspec import defaults
+from whisperspec import defaults, options
 from whisperspec.spec import SpecError
 
 
@@ -85,6 +85,9 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--lookahead", default=None,
                    help=f"the same as DRAFT@LOOKAHEAD: K (default {defaults.LOOKAHEAD}), heuristic[:K], "
                         "confidence[:T] or cost")
+    p.add_argument("--online-learning", choices=options.ONLINE_LEARNING, default=defaults.ONLINE_LEARNING,
+                   help="on: a trained draft keeps learning from the main model while it transcribes, across "
+                        "windows and files (same transcript, faster on long or same-speaker audio)")
     p.add_argument("--temperature", default=None,
                    help="fixed sampling temperature (default: greedy with openai-whisper's fallback)")
     p.add_argument("--sampling", choices=("coupled", "residual"), default="coupled",
@@ -116,7 +119,7 @@ def _run_transcribe(args) -> int:
                                   lookahead=args.lookahead, language=args.language, task=args.task,
                                   timestamps=args.timestamps, temperature=args.temperature,
                                   initial_prompt=args.initial_prompt, progress=not args.quiet,
-                                  sampling=args.sampling)
+                                  sampling=args.sampling, online_learning=args.online_learning)
     except SpecError as error:
         print(f"whisperspec: --draft: {error}", file=sys.stderr)
         return 2

@@ -19,6 +19,17 @@ NGRAM_MAX = 3  # longest n-gram prompt lookup matches
 INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
 TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`distill --vocab`)
 
+# Online learning (`--online-learning`, whisperspec.whisper.drafters.online; docs/ONLINE.md)
+ONLINE_LEARNING = "on"
+ONLINE_WARMUP_WINDOWS = 2  # windows seen before the draft's first update
+ONLINE_BUDGET = 0.1  # training takes at most this share of the decoding time so far
+ONLINE_STEPS, ONLINE_BATCH = 2, 2  # optimizer steps per update, windows per step
+ONLINE_RANK, ONLINE_LR = 8, 3e-3  # low-rank adapters on every linear of the draft's layers
+ONLINE_TARGETS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+                  "encoder_attn.q_proj", "encoder_attn.out_proj", "fc1", "fc2")
+ONLINE_TOP_K = 32  # main-model scores kept per emitted position
+ONLINE_MEMORY = 16  # windows kept to train on (~1.5 MB each for base's draft)
+
 # Audio shorter than this holds no word: Whisper would only make one up.
 MIN_SPEECH_SECONDS = 0.25
 

@@ -30,14 +30,16 @@ class Transcriber:
     "auto@5", ...; lookahead: the same as "@LOOKAHEAD", as a separate argument.
     temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for one
     fixed temperature. sampling (at temperature > 0): "coupled", the same tokens with or without a
-    draft, or "residual" (see `DecodeOptions`).
+    draft, or "residual" (see `DecodeOptions`). online_learning: "on", a trained draft (`auto`,
+    `trained`, a draft file) keeps learning from what the main model verifies, across windows and
+    files, or "off" (docs/ONLINE.md); the transcript is the same either way.
     """
 
     def __init__(self, model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
                  lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
                  timestamps: bool = False, temperature: float | None = None, condition_on_previous_text: bool = True,
                  initial_prompt: str | None = None, progress: bool = False, seed: int = 0,
-                 sampling: str = "coupled"):
+                 sampling: str = "coupled", online_learning: str = defaults.ONLINE_LEARNING):
         from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
         from whisperspec.whisper.model import COMPUTE_TYPES
 
@@ -50,6 +52,7 @@ class Transcriber:
             seed=seed, sampling=options.one_of("sampling", sampling, options.SAMPLING),
             temperatures=DecodeOptions.temperatures if temperature is None else (temperature,))
         options.one_of("compute type", compute_type, COMPUTE_TYPES)
+        self.online_learning = options.one_of("online learning", online_learning, options.ONLINE_LEARNING) == "on"
         try:
             self.bundle = load_whisper(options.check_model(model))
         except OSError as error:
@@ -57,7 +60,7 @@ class Transcriber:
         self.runtime = WhisperRuntime.from_bundle(self.bundle, compute_type)
         if self.options.task == "translate" and not self.runtime.special.is_multilingual:
             raise ValueError(f"task 'translate': model {model!r} is English-only (it cannot translate)")
-        self.drafter = make_drafter(self.draft, self.runtime)
+        self.drafter = make_drafter(self.draft, self.runtime, online_learning=self.online_learning)
         self.condition_on_previous_text = condition_on_previous_text
         self.initial_prompt, self.progress = initial_prompt, progress
         self.load_seconds = time.perf_counter() - started

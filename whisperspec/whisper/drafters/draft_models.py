@@ -20,6 +20,7 @@ from torch import nn
 
 from whisperspec.kernels.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import DraftModel
+from whisperspec.whisper.drafters.adapters import adapter_parameters
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.model import EncodedWindow
@@ -129,6 +130,8 @@ def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
                  max_length: int, cross_pool: int = 1) -> KVDecoder:
     """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder.
+    Low-rank adapters in `decoder` (`whisperspec.whisper.drafters.adapters`) stay float and shared
+    with it: whoever trains them changes what the copy computes.
 
     Every linear is dynamically quantised (int8 weights, activations quantised per call): a draft
     step costs about half of its float32 one, with the same acceptance (docs/BENCHMARKS.md).
@@ -143,6 +146,7 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     # when they are already float32, so .float() leaves them as they are.
     embeddings = decoder.embed_tokens.weight
     memo = {id(embeddings): embeddings} if embeddings.dtype == torch.float32 else {}
+    memo.update({id(p): p for p in adapter_parameters(decoder)})
     decoder = copy.deepcopy(decoder, memo).float()  # int8 kernels take float32 activations
     weight = head_weight.detach().float()
     weight = weight if vocab_ids is None else weight[vocab_ids]

@@ -1,0 +1,144 @@
+"""Online learning: a trained draft that keeps training between windows on what the main model
+verified. The transcript must stay plain greedy's (or the same sample) whatever the draft learns,
+and the draft must actually learn: its acceptance rises on audio it has seen."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tiny_models import random_mel, real_vocabulary, tiny_runtime, tiny_whisper
+from whisperspec.distill.layout import draft_from_main
+from whisperspec.speculative.lookahead import make_lookahead
+from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, forced_prefix
+from whisperspec.whisper.drafters.online import OnlineDrafter, OnlineSchedule
+from whisperspec.whisper.drafters.trained import distilled_drafter
+
+EVERY_WINDOW = OnlineSchedule(warmup_windows=1, budget=1e9)  # an update after every window
+
+
+def online_drafter(runtime, schedule: OnlineSchedule = EVERY_WINDOW, int8: bool = True) -> OnlineDrafter:
+    """A distilled draft of the main model's first layer, learning online."""
+    draft = draft_from_main(runtime.model, [0])
+    return distilled_drafter(runtime, draft, None, int8=int8, online_learning=True, schedule=schedule)
+
+
+@pytest.mark.parametrize("int8", [True, False])
+def test_a_learning_draft_changes_no_token_and_learns(int8):
+    runtime = tiny_runtime(0)  # float64: plain greedy is exact
+    drafter = online_drafter(runtime, int8=int8)
+    windows = [runtime.encode(random_mel(seed)) for seed in range(3)]
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=60)
+    plain = [WindowDecoder(runtime).decode(w, options).tokens for w in windows]
+    acceptance = []
+    for _ in range(4):  # the same windows again: what it learnt there should show
+        accepted = proposed = 0
+        for window, reference in zip(windows, plain):
+            result = WindowDecoder(runtime, drafter, make_lookahead("3")).decode(window, options)
+            assert result.tokens == reference
+            accepted, proposed = accepted + result.stats.accepted, proposed + result.stats.proposed
+        acceptance.append(accepted / proposed)
+    assert drafter.updates == 11  # after every window but the first
+    assert acceptance[-1] > acceptance[0] + 0.2, acceptance
+    # a sampled window reads the same with the draft it has become (coupled sampling)
+    sampled = DecodeOptions(language="en", temperatures=(0.8,), max_new_tokens=40, seed=3)
+    assert (WindowDecoder(runtime, drafter, make_lookahead("3")).decode(windows[0], sampled).tokens
+            == WindowDecoder(runtime).decode(windows[0], sampled).tokens)
+
+
+def test_what_a_window_leaves_to_learn_from():
+    runtime = tiny_runtime(1)
+    drafter = online_drafter(runtime, OnlineSchedule(warmup_windows=10 ** 6))  # collects, never trains
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
+    prompt = runtime.tokenizer.encode(" what the previous window said", add_special_tokens=False)
+    decoder = WindowDecoder(runtime, drafter, make_lookahead("2"))
+    result = decoder.decode(runtime.encode(random_mel(1)), options, prompt=prompt)
+    decoder.decode(runtime.encode(random_mel(2)), options)  # starting a window closes the last one
+    record = drafter.memory[0]
+    special = runtime.special
+    # what the draft reads (no previous-text prompt), and one row of main-model scores per emitted token
+    assert record.tokens[:record.first] == forced_prefix(special, [], "en", options)
+    assert record.tokens[record.first:] in (result.tokens + [special.eot], result.tokens)  # or the token limit
+    assert sum(len(s) for s in record.top_scores) == record.emitted == len(record.tokens) - record.first
+    assert all(s.shape[1] == drafter.schedule.top_k for s in record.top_scores)
+    # the main model's best raw score at each position is the first of its top scores
+    window = runtime.encode(random_mel(1))
+    runtime.decoder.start(window.hidden)
+    full = [special.sot_prev, *prompt, *record.tokens]
+    logits = runtime.decoder.forward(torch.tensor([full[:-1]]))[0, -record.emitted:]
+    assert torch.equal(torch.cat([c[:, 0] for c in record.top_columns]), logits.argmax(-1))
+    assert drafter.updates == 0 and drafter.windows_seen == 1
+
+
+def test_rows_decoded_together_each_leave_their_own_window():
+    runtime = tiny_runtime(2)
+    drafter = online_drafter(runtime, OnlineSchedule(warmup_windows=10 ** 6))
+    reorders = []
+    reorder = drafter.reorder
+    drafter.reorder = lambda rows: (reorders.append(rows.tolist()), reorder(rows))
+    # random models repeat themselves: each row stops at the first runaway check (64 tokens), and
+    # rows drafted at their own pace get there in different rounds, so the batch shrinks
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=160)
+    window = runtime.encode(random_mel(2, batch=3))
+    plain = WindowDecoder(runtime).decode_batch(window, options)
+    together = WindowDecoder(runtime, drafter, make_lookahead("3")).decode_batch(window, options)
+    assert [r.tokens for r in together] == [r.tokens for r in plain]
+    assert reorders
+    drafter.start_window(runtime.encode(random_mel(3)))  # closes the batch's window
+    assert len(drafter.memory) == 3 and not any(r.broken for r in drafter.memory)
+    for record, result in zip(drafter.memory, plain):  # the round that crossed the check is kept whole
+        assert record.tokens[record.first:][:len(result.tokens)] == result.tokens
+        assert sum(len(s) for s in record.top_scores) == record.emitted
+
+
+def test_long_form_with_online_learning_matches_plain(tmp_path):
+    """Windows seeking by timestamps, prompts from the previous window, and a draft file trained
+    for the model that keeps learning from window to window and from file to file."""
+    from transformers import WhisperFeatureExtractor
+
+    from whisperspec.distill.draft_file import save_draft
+    from whisperspec.transcribe import Transcriber
+
+    tokenizer, generation_config, _ = real_vocabulary("tiny.en")
+    model = tiny_whisper(6, dtype=torch.float32)
+    for item in (model, tokenizer, generation_config, WhisperFeatureExtractor()):
+        item.save_pretrained(tmp_path)
+    draft = draft_from_main(model, [0, 3])
+    path = save_draft(tmp_path / "draft.safetensors", model, draft.model.decoder, torch.arange(model.config.vocab_size), {})
+    audio = np.random.default_rng(0).normal(0, 0.1, 16000 * 75).astype(np.float32)
+    options = dict(language="en", temperature=0, timestamps=True)
+    plain = Transcriber(str(tmp_path), **options).transcribe(audio)
+    assert plain.stats["windows"] >= 3
+    learning = Transcriber(str(tmp_path), draft=str(path), online_learning="on", **options)
+    drafter = learning.drafter
+    drafter.schedule.warmup_windows, drafter.schedule.budget = 1, 1e9
+    for _ in range(2):
+        fast = learning.transcribe(audio)
+        assert [(s.start, s.end, s.tokens) for s in fast.segments] == [(s.start, s.end, s.tokens) for s in plain.segments]
+    assert drafter.updates >= 2 * plain.stats["windows"] - 1
+    assert fast.stats["speculation"]["accepted"] > 0
+
+
+def test_the_budget_keeps_training_to_a_share_of_decoding():
+    runtime = tiny_runtime(3)
+    drafter = online_drafter(runtime, OnlineSchedule(warmup_windows=1, budget=0.05))
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=60)
+    windows = [runtime.encode(random_mel(seed)) for seed in range(8)]
+    for window in windows:
+        WindowDecoder(runtime, drafter, make_lookahead("3")).decode(window, options)
+    assert 1 <= drafter.updates < len(windows) - 1
+    # an update waits until decoding has paid for the training so far (one update may overshoot)
+    last_update = drafter.train_seconds / drafter.updates
+    assert drafter.train_seconds <= 0.05 * drafter.decode_seconds + last_update
+
+
+def test_online_learning_is_checked_before_the_model_loads(monkeypatch):
+    from whisperspec.transcribe import Transcriber
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded for an option that does not parse")
+
+    monkeypatch.setattr("whisperspec.transcribe.load_whisper", no_load)
+    with pytest.raises(ValueError, match="online learning 'maybe': one of off, on"):
+        Transcriber("base", online_learning="maybe")
