@@ -3,6 +3,7 @@
     transcribe   audio files -> text (+ srt/vtt/json), optionally with a drafter
     import-ct2   a faster-whisper (CTranslate2) checkpoint -> transformers
     bench        decoder costs and decode-phase speed of each drafter, side by side
+    bench-online acceptance by window and decode time with and without online learning
     evaluate     WER and latency against transformers and faster-whisper
     generate     speculative generation with a causal text LM
     demo         the Gradio demo
@@ -27,6 +28,7 @@ from whisperspec.spec import SpecError
 # Subcommands that parse their own arguments: `whisperspec NAME ...` calls MODULE.FUNCTION(argv).
 DELEGATED = {
     "bench": ("whisperspec.whisper.bench:main", "decoder costs and decode-phase speed per drafter"),
+    "bench-online": ("whisperspec.whisper.bench_online:main", "acceptance by window with and without online learning"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
     "demo": ("whisperspec.demo:cli", "start the Gradio demo"),

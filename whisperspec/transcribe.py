@@ -120,5 +120,6 @@ class Transcriber:
 def _decode_stats(windows, stats: SpeculationStats) -> dict:
     tokens = sum(len(w.tokens) for w in windows)
     return {"windows": len(windows), "tokens": tokens,
-            "temperatures": [w.temperature for w in windows], "speculation": stats.to_dict()}
+            "temperatures": [w.temperature for w in windows], "speculation": stats.to_dict(),
+            "window_acceptance": [round(w.stats.acceptance_rate, 4) for w in windows]}
 

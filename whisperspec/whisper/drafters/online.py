@@ -80,7 +80,8 @@ class OnlineDrafter(Drafter):
     the int8 draft that drafts shares them, so an update needs no new quantisation. Until its
     first update the draft drafts without them, at the cost it always had.
 
-    `build(decoder)` makes the draft model that drafts from a float decoder of that layout;
+    `build(decoder, before)` makes the draft model that drafts from a float decoder of that layout
+    (reusing the head of the one `before`);
     `view` is the part of a sequence the draft reads; `cross_layers` the main decoder layers whose
     cross-attention keys/values the draft's layers reuse (None: it projects its own).
     """
@@ -196,7 +197,7 @@ class OnlineDrafter(Drafter):
                 self.optimizer.step()
         if not self.updates:  # from now on the draft that drafts carries the adapters
             with torch.inference_mode():
-                self.drafter.model = self.build(self.trainer.decoder)
+                self.drafter.model = self.build(self.trainer.decoder, self.drafter.model)
         self.updates += 1
         self.train_seconds += time.perf_counter() - started
 

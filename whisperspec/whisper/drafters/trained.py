@@ -41,15 +41,18 @@ def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True, o
     cross_layers = shared_cross_layers(draft.model.decoder, runtime.model.model.decoder)
     pool = cross_attention_pool(draft)
 
-    def build(decoder: nn.Module) -> WindowDraftModel:
+    def build(decoder: nn.Module, before: WindowDraftModel | None = None) -> WindowDraftModel:
         """The draft model that drafts, from a decoder of the draft's layout (low-rank adapters in
-        it stay shared: `whisperspec.whisper.drafters.adapters`)."""
+        it stay shared: `whisperspec.whisper.drafters.adapters`); the head of one built `before`
+        is reused (the head never trains)."""
         if int8:  # its head already scores just `vocab_ids`
-            kv = int8_decoder(decoder, draft.proj_out.weight, vocab_ids, runtime.max_length, pool)
+            kv = int8_decoder(decoder, draft.proj_out.weight, vocab_ids, runtime.max_length, pool,
+                              head=before.decoder.head if before else None)
             head = kv.head
         else:  # its linears run on packed copies of the weights; every parameter is shared
-            head = PackedLinear(draft.proj_out.weight.to(decoder.embed_tokens.weight.dtype))
-            kv = KVDecoder(packed_copy(decoder), head, max_length=runtime.max_length, cross_pool=pool)
+            weight = draft.proj_out.weight.to(decoder.embed_tokens.weight.dtype)
+            full = before.decoder.head if before else PackedLinear(weight)
+            kv = KVDecoder(packed_copy(decoder), full, max_length=runtime.max_length, cross_pool=pool)
             head = None
         return WindowDraftModel(kv, vocab_ids, head=head, cross_source=runtime.decoder if cross_layers else None,
                                 cross_layers=cross_layers)
