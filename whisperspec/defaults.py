@@ -22,7 +22,7 @@ TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`dist
 # Online learning (`--online-learning`, whisperspec.whisper.drafters.online; docs/ONLINE.md)
 ONLINE_LEARNING = "on"
 ONLINE_WARMUP_WINDOWS = 2  # windows seen before the draft's first update
-ONLINE_BUDGET = 0.1  # training takes at most this share of the decoding time so far
+ONLINE_GAP_GROWTH, ONLINE_MAX_GAP = 1.5, 8  # windows between updates: 1, 2, 2, 3, 5, 8, 8, ...
 ONLINE_STEPS, ONLINE_BATCH = 2, 2  # optimizer steps per update, windows per step
 ONLINE_RANK, ONLINE_LR = 8, 3e-3  # low-rank adapters on every linear of the draft's layers
 ONLINE_TARGETS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",

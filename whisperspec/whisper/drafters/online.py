@@ -42,9 +42,11 @@ class OnlineSchedule:
     measurements behind them)."""
 
     warmup_windows: int = defaults.ONLINE_WARMUP_WINDOWS  # windows seen before the first update
-    # training may take at most this share of the decoding time so far (drafting + verifying):
-    # an update waits until the decoding since the last one has paid for it
-    budget: float = defaults.ONLINE_BUDGET
+    # windows between updates: 1 at first, then growing by `gap_growth` up to `max_gap` (learning
+    # pays most early on; later updates follow a slowly changing speaker or domain). Counted in
+    # windows, not seconds, so what the draft learns never depends on the machine's load.
+    gap_growth: float = defaults.ONLINE_GAP_GROWTH
+    max_gap: int = defaults.ONLINE_MAX_GAP
     steps: int = defaults.ONLINE_STEPS  # optimizer steps per update
     batch: int = defaults.ONLINE_BATCH  # windows per step: the newest, then earlier ones
     rank: int = defaults.ONLINE_RANK  # of the low-rank adapters that train
@@ -108,7 +110,9 @@ class OnlineDrafter(Drafter):
         self.fresh = 0  # windows in `memory` since the last update
         self.rng = random.Random(schedule.seed)
         self.windows_seen = self.updates = 0
-        self.decode_seconds = self.train_seconds = 0.0
+        self.gap, self.next_update = 1.0, schedule.warmup_windows
+        self.train_seconds = 0.0
+        self.hidden = None  # the encoder output of the window being decoded
 
     # ------------------------------------------------------------------ drafting: the int8 copy
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
@@ -118,10 +122,15 @@ class OnlineDrafter(Drafter):
         self.drafter.start(sequences)
 
     def start_window(self, window) -> None:
+        retried = self._retried_rows(window)
+        for row in retried:  # a window decoded again (the fallback) is not learnt from: its first
+            self.window[row].broken = True  # text failed the checks, and the next one is sampled
         self._close_window()
         self._train()
         self.drafter.start_window(window)
-        self.window = [WindowRecord(cross) for cross in self._cross(window)]
+        self.hidden = window.hidden
+        self.window = [WindowRecord([], broken=True)] if retried else \
+            [WindowRecord(cross) for cross in self._cross(window)]
         self.open, self.cursor = list(self.window), 0
 
     def reorder(self, rows: torch.Tensor) -> None:
@@ -135,8 +144,6 @@ class OnlineDrafter(Drafter):
         rejected draft tokens were conditioned on tokens that are not in the sequence)."""
         if not self.open or logits is None:
             return
-        if self.cursor == 0:  # the first row of a round: the round's time, shared by its rows
-            self.decode_seconds += draft_seconds + (verify_seconds or 0.0)
         record = self.open[self.cursor]
         self.cursor = (self.cursor + 1) % len(self.open)
         n = verdict.accepted + 1
@@ -168,6 +175,12 @@ class OnlineDrafter(Drafter):
                         for row in range(window.hidden.shape[0])]
             return [self.trainer.cross_kv(hidden) for hidden in window.hidden]
 
+    def _retried_rows(self, window) -> list[int]:
+        """The rows of the last window that `window` (one row) decodes again."""
+        if self.hidden is None or window.hidden.shape[0] != 1 or window.hidden.shape[1:] != self.hidden.shape[1:]:
+            return []
+        return [row for row, hidden in enumerate(self.hidden) if torch.equal(hidden, window.hidden[0])]
+
     def _close_window(self) -> None:
         finished = [r for r in self.window if r.emitted and not r.broken]
         self.memory.extend(finished)
@@ -180,8 +193,7 @@ class OnlineDrafter(Drafter):
         """An update: a few optimizer steps on the newest windows and some earlier ones, when the
         schedule allows one. The drafter reads the adapters it shares as they change."""
         schedule = self.schedule
-        if (not self.fresh or self.windows_seen < schedule.warmup_windows
-                or self.train_seconds > schedule.budget * self.decode_seconds):
+        if not self.fresh or self.windows_seen < self.next_update:
             return
         started = time.perf_counter()
         windows = list(self.memory)
@@ -199,6 +211,8 @@ class OnlineDrafter(Drafter):
             with torch.inference_mode():
                 self.drafter.model = self.build(self.trainer.decoder, self.drafter.model)
         self.updates += 1
+        self.next_update = self.windows_seen + round(self.gap)
+        self.gap = min(self.gap * schedule.gap_growth, schedule.max_gap)
         self.train_seconds += time.perf_counter() - started
 
     def loss(self, records: list[WindowRecord]) -> torch.Tensor:
