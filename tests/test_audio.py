@@ -168,6 +168,19 @@ def test_files_only_pyav_reads(tmp_path, speech, container_format, codec, extens
     assert correlation_after_alignment(decoded, speech) > 0.95
 
 
+@pytest.mark.skipif(not Path("/var/lib/dpkg/info/asterisk-prompt-fr-armelle.list").is_file(),
+                    reason="sudo apt-get install asterisk-prompt-fr-armelle")
+def test_headerless_gsm_is_decoded_by_ffmpeg():
+    """Asterisk's community prompt packages are raw GSM 06.10 (PyAV's FFmpeg decodes it, but has
+    no encoder to make one here), which libsndfile misreads: the extension sends them to FFmpeg."""
+    from whisperspec.evaluation.packaged import package_files
+
+    path = package_files("asterisk-prompt-fr-armelle", (".gsm",))[0]
+    decoded = load_audio(path)
+    # 33 bytes per 20-ms frame of 160 samples at 8 kHz: twice as many samples at 16 kHz
+    assert len(decoded) == path.stat().st_size // 33 * 160 * 2 and not is_silent(decoded)
+
+
 def test_eight_channels_are_averaged(tmp_path, speech):
     gains = np.linspace(0.25, 1.75, 8)  # mean 1: the mono mix is the speech itself
     path = tmp_path / "octo.wav"

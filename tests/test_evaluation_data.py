@@ -8,6 +8,7 @@ import pytest
 
 from whisperspec.evaluation.asterisk import reference_text
 from whisperspec.evaluation.datasets import Utterance, load_dataset, read_manifest, write_manifest
+from whisperspec.evaluation.packaged import long_form_groups
 from whisperspec.evaluation.scoring import score
 
 TEST_MANIFEST = Path(__file__).parent / "data" / "references.jsonl"
@@ -70,7 +71,7 @@ def test_the_distillation_split_is_read_by_no_evaluation():
     joined = " ".join(u.text for u in load_dataset("asterisk-en-long"))
     assert kept and not kept & evaluated and len(kept | evaluated) == len(asterisk.prompts("en"))
     assert not any(asterisk.prompts("en")[i].id in kept for i in range(129))  # what the long-form files join
-    assert sum(len(g) for g in asterisk._long_form_groups(asterisk.prompts("en"))) == 129
+    assert sum(len(g) for g in long_form_groups(asterisk.prompts("en"))) == 129
     assert all(u.text not in joined for u in load_dataset("asterisk-en-distill") if len(u.text) > 30)
     # nor any clip the project decodes outside the evaluation sets: the bench clips and the sample
     decoded = {p.stem for p in (Path(__file__).parent / "data").glob("*.flac")} | {"queue-youarenext"}

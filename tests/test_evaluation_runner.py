@@ -25,7 +25,7 @@ def test_metrics_on_synthetic_timings(tmp_path):
     utterances = [Utterance("u1", "a.wav", "red green blue black", "en", 2.0),
                   Utterance("u2", "b.wav", "white gray", "en", 8.0)]
     outputs = {
-        "whisperspec": [Output("red green blue black", 1.0, 10), Output("white gray", 3.0, 10)],
+        "whisperspec:none": [Output("red green blue black", 1.0, 10), Output("white gray", 3.0, 10)],
         "whisperspec:int8@4": [Output("red green blue black", 0.5, 10, {"proposed": 8, "accepted": 6, "rounds": 4,
                                                                      "emitted": 10}),
                                Output("white gray", 2.0, 10, {"proposed": 8, "accepted": 2, "rounds": 8,
@@ -35,28 +35,28 @@ def test_metrics_on_synthetic_timings(tmp_path):
     summary = summarize(utterances, outputs, {})
     fast = summary["whisperspec:int8@4"]
     assert fast["acceptance_rate"] == pytest.approx(0.5) and fast["mean_accepted_length"] == pytest.approx(20 / 12)
-    assert fast["speedup"]["whisperspec"] == {"total": pytest.approx(4 / 2.5), "median": pytest.approx((2 + 1.5) / 2)}
+    assert fast["speedup"]["whisperspec:none"] == {"total": pytest.approx(4 / 2.5), "median": pytest.approx((2 + 1.5) / 2)}
     assert fast["differs_from_greedy"] == 0
     assert summary["faster-whisper:int8"]["wer"] == pytest.approx(1 / 6)
-    assert summary["whisperspec"]["rtf"] == pytest.approx(4 / 10)
-    assert summary["whisperspec"]["tokens_per_second"] == pytest.approx(20 / 4)
-    assert speedups(outputs["whisperspec"], outputs["whisperspec"])["total"] == 1.0
+    assert summary["whisperspec:none"]["rtf"] == pytest.approx(4 / 10)
+    assert summary["whisperspec:none"]["tokens_per_second"] == pytest.approx(20 / 4)
+    assert speedups(outputs["whisperspec:none"], outputs["whisperspec:none"])["total"] == 1.0
     paths = write_report(tmp_path, utterances, outputs, summary, "# synthetic")
     assert {p.name for p in tmp_path.iterdir()} == {
         "results.json", "report.md", "latency.png", "speedup_vs_length.png", "acceptance_vs_lookahead.png"}
     table = paths["md"].read_text()
     assert "| whisperspec:int8@4 | 0.00 |" in table and "1.60x" in table
-    assert json.loads(paths["json"].read_text())["utterances"][0]["whisperspec"]["seconds"] == 1.0
+    assert json.loads(paths["json"].read_text())["utterances"][0]["whisperspec:none"]["seconds"] == 1.0
 
 
 @pytest.mark.real
 def test_a_real_run_against_faster_whisper(tmp_path, capsys):
     pytest.importorskip("faster_whisper")
     assert main(["--dataset", str(MANIFEST), "--limit", "2", "--model", "tiny.en", "--out", str(tmp_path),
-                 "--systems", "whisperspec", "whisperspec:ngram:4", "faster-whisper:int8", "--quiet"]) == 0
+                 "--systems", "whisperspec:none", "whisperspec:ngram:4", "faster-whisper:int8", "--quiet"]) == 0
     summary = json.loads((tmp_path / "results.json").read_text())["summary"]
-    assert set(summary) == {"whisperspec", "whisperspec:ngram:4", "faster-whisper:int8"}
-    assert summary["whisperspec"]["wer"] < 0.5 and summary["whisperspec:ngram:4"]["wer"] < 0.5
+    assert set(summary) == {"whisperspec:none", "whisperspec:ngram:4", "faster-whisper:int8"}
+    assert summary["whisperspec:none"]["wer"] < 0.5 and summary["whisperspec:ngram:4"]["wer"] < 0.5
     # faster-whisper's accuracy is reported, not ours to assert: on an AMD EPYC host CTranslate2's
     # greedy decode of tiny.en (float32 and int8 alike) ends the 25-s clip after its first sentence
     # (WER 53%), where it transcribed the whole clip on an Intel one. The worker must still answer

@@ -128,7 +128,7 @@ def test_integer_arrays_of_any_width_are_scaled_by_their_range(dtype):
     (["--draft", "nonsense"], "unknown drafter 'nonsense'"),
     (["--draft", "auto", "--lookahead", "-1"], "unknown lookahead '-1'"),
     (["--draft", "auto", "--lookahead", "abc"], "unknown lookahead 'abc'"),
-    (["--lookahead", "4"], "needs a drafter"),
+    (["--draft", "none", "--lookahead", "4"], "needs a drafter"),
     (["--draft", "auto@5", "--lookahead", "4"], "given twice"),
     (["--format", ""], "--format ''"),
     (["--format", "txt,docx"], "--format"),

@@ -14,6 +14,7 @@ from transformers import WhisperConfig, WhisperForConditionalGeneration
 
 from whisperspec.models import ct2_conversion, ct2_model_dir, load_whisper, loading, read_ct2_model
 from whisperspec.models.ctranslate2 import load_tokenizer
+from whisperspec.whisper.tokens import WhisperTokens
 
 SENTENCES = ["the cat sat on the mat", " Please enter your password, followed by the pound key.",
              "Hello world! It's 3:45pm — isn't it?", " théâtre, naïve café"]
@@ -67,11 +68,11 @@ def test_encoder_matches_ctranslate2():
 
     from whisperspec.whisper.model import WhisperRuntime
 
-    bundle = load_whisper("tiny.en")
+    bundle, stock_bundle = load_whisper("tiny.en"), load_whisper("tiny.en", transformers=True)
     features = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(0)).clamp(-1.5, 1.5)
     with torch.inference_mode():
         ours = WhisperRuntime.from_bundle(bundle).encode(features).hidden[0].numpy()
-        stock = bundle.model.model.encoder(features).last_hidden_state[0].numpy()
+        stock = stock_bundle.model.model.encoder(features).last_hidden_state[0].numpy()
     engine = ctranslate2.models.Whisper(str(ct2_model_dir("tiny.en")), device="cpu", compute_type="float32")
     theirs = np.array(engine.encode(ctranslate2.StorageView.from_array(features.numpy()), to_cpu=True))[0]
     assert np.abs(ours - theirs).max() < 1e-2  # fp32 vs fp32, other kernels: ~1e-4
@@ -102,14 +103,7 @@ def test_greedy_tokens_match_faster_whisper_on_real_speech():
 
 def test_from_pretrained_dirs_load_like_embedded(tmp_path):
     """The hub-id / local-dir path: a random model saved with a real tokenizer."""
-    base = load_whisper("tiny.en")
-    config = WhisperConfig(vocab_size=51864, d_model=64, encoder_layers=2, decoder_layers=2,
-                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
-                           decoder_ffn_dim=128, decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256)
-    WhisperForConditionalGeneration(config).save_pretrained(tmp_path)
-    base.tokenizer.save_pretrained(tmp_path)
-    base.feature_extractor.save_pretrained(tmp_path)
-    base.generation_config.save_pretrained(tmp_path)
+    _tiny_checkpoint(tmp_path)
     loaded = load_whisper(str(tmp_path))
     assert ct2_conversion(str(tmp_path)) is None and loaded.path == tmp_path
     assert loaded.model.config.decoder_layers == 2 and len(loaded.tokenizer) == 51864
@@ -202,3 +196,77 @@ def test_base_converts_from_its_split_package_without_joining_it(tmp_path, monke
     assert not (tmp_path / "ct2").exists()
     assert converted.keys() == reference.keys()
     assert all(torch.equal(converted[name], reference[name]) for name in reference)
+
+
+@pytest.mark.parametrize("name", ["base", "tiny.en"])
+def test_our_reading_of_a_folder_is_transformers_own(name):
+    """What the runtime runs (read without transformers) is transformers' model and tokenizer: every
+    weight equal, every special token where transformers has it, the same text both ways."""
+    ours, theirs = load_whisper(name), load_whisper(name, transformers=True)
+    assert type(ours.model) is not type(theirs.model)
+    mine, stock = ours.model.state_dict(), theirs.model.state_dict()
+    assert mine.keys() == stock.keys() and all(torch.equal(mine[k], stock[k]) for k in mine)
+    assert ours.model.proj_out.weight is ours.model.model.decoder.embed_tokens.weight
+    assert WhisperTokens.from_pretrained(ours.tokenizer, ours.generation_config) == \
+        WhisperTokens.from_pretrained(theirs.tokenizer, theirs.generation_config)
+    assert len(ours.tokenizer) == len(theirs.tokenizer)
+    assert ours.tokenizer.all_special_ids == sorted(theirs.tokenizer.all_special_ids)
+    generator = torch.Generator().manual_seed(0)
+    eot = ours.generation_config.eos_token_id
+    for _ in range(300):
+        ids = torch.randint(0, eot, (int(torch.randint(1, 40, (1,), generator=generator)),), generator=generator)
+        text = theirs.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+        assert ours.tokenizer.decode(ids.tolist(), skip_special_tokens=True) == text
+        assert ours.tokenizer.encode(text, add_special_tokens=False) == \
+            theirs.tokenizer.encode(text, add_special_tokens=False)
+    every = list(range(len(ours.tokenizer)))
+    assert ours.tokenizer.convert_ids_to_tokens(every) == theirs.tokenizer.convert_ids_to_tokens(every)
+
+
+def _tiny_checkpoint(folder: Path) -> None:
+    """A random 2-layer Whisper saved by transformers with tiny.en's real tokenizer and configs."""
+    base = load_whisper("tiny.en", transformers=True)
+    config = WhisperConfig(vocab_size=51864, d_model=64, encoder_layers=2, decoder_layers=2,
+                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                           decoder_ffn_dim=128, decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256)
+    WhisperForConditionalGeneration(config).save_pretrained(folder)
+    base.tokenizer.save_pretrained(folder)
+    base.feature_extractor.save_pretrained(folder)
+    base.generation_config.save_pretrained(folder)
+
+
+def test_a_hub_id_loads_from_the_local_hugging_face_cache_without_the_network(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    import socket
+
+    snapshot = tmp_path / "hub" / "models--someone--tiny-whisper" / "snapshots" / "0123abcd"
+    _tiny_checkpoint(snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("went to the network"))
+    loaded = load_whisper("someone/tiny-whisper")
+    assert loaded.path == snapshot and loaded.model.config.decoder_layers == 2
+
+
+def test_a_hub_id_offline_fails_at_once_with_a_clear_error(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    import socket
+    import time
+
+    from whisperspec.transcribe import Transcriber
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+
+    def unreachable(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    started = time.perf_counter()
+    with pytest.raises(OSError, match="openai/whisper-tiny is not in the local Hugging Face cache, and "
+                                      "huggingface.co cannot be reached"):
+        Transcriber("openai/whisper-tiny")
+    assert time.perf_counter() - started < 5  # no retries
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(OSError, match="HF_HUB_OFFLINE is set"):
+        load_whisper("openai/whisper-small")

@@ -45,9 +45,6 @@ class BigramDrafter(Drafter):
             probs.append(q)
         return Proposal(drafted, None if self.deterministic else torch.stack(probs), forward_passes=k)
 
-    def learn(self, tokens, verdict) -> None:
-        pass
-
 
 def total_variation(counts: Counter, exact: dict, n: int) -> float:
     return 0.5 * sum(abs(counts.get(key, 0) / n - p) for key, p in exact.items())

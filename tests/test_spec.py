@@ -71,7 +71,8 @@ def test_evaluate_system_specs():
     spec = parse_system_spec("whisperspec:auto@confidence:0.4")
     assert (spec.system, spec.draft.kind, spec.draft.lookahead) == ("whisperspec", "auto", "confidence:0.4")
     assert parse_system_spec("whisperspec-int8:int8:8192@6").draft.argument == 8192
-    assert not parse_system_spec("whisperspec").draft.drafts
+    assert not parse_system_spec("whisperspec:none").draft.drafts
+    assert parse_system_spec("whisperspec").draft.kind == "auto"  # the default, as the CLI's
     assert parse_system_spec("transformers:assistant=tiny.en").option == "assistant=tiny.en"
     for bad in ("whisperspec:auto:confidence:0.4", "whisper", "faster-whisper:int4", "whisperspec:auto@x"):
         with pytest.raises(ValueError):
@@ -114,7 +115,7 @@ def test_evaluate_runs_the_lookahead_it_is_given(monkeypatch):
 @pytest.mark.parametrize("argv", [
     ["transcribe", "x.wav", "--draft", "nonsense"],
     ["transcribe", "x.wav", "--draft", "auto", "--lookahead", "-1"],
-    ["transcribe", "x.wav", "--lookahead", "4"],  # a lookahead with no drafter
+    ["transcribe", "x.wav", "--draft", "none", "--lookahead", "4"],  # a lookahead with no drafter
     ["evaluate", "--systems", "whisperspec:auto:confidence:0.4"],
     ["bench", "--drafts", "auto@fast"],
     ["generate", "hello", "--draft", "ngram@0"],

@@ -53,13 +53,15 @@ def test_bundled_sample_is_transcribed_correctly(base):
 
 
 def test_plain_decoding_equals_transformers_generate_on_real_speech(base):
-    runtime = base.runtime
+    from whisperspec.models import load_whisper
+
+    runtime, stock = base.runtime, load_whisper("base", transformers=True).model
     for clip in SHORT_CLIPS[:3]:
         mel = features(base, clip)
         for timestamps in (False, True):
             ours = WindowDecoder(runtime).decode(runtime.encode(mel), DecodeOptions(
                 language="en", timestamps=timestamps, temperatures=(0.0,)))
-            theirs = runtime.model.generate(mel, language="en", task="transcribe", return_timestamps=timestamps)
+            theirs = stock.generate(mel, language="en", task="transcribe", return_timestamps=timestamps)
             assert ours.tokens == generated_tokens(theirs[0], runtime.special), (clip, timestamps)
 
 
@@ -67,7 +69,7 @@ def test_plain_decoding_equals_transformers_generate_on_real_speech(base):
 # model itself at lower precision; the shipped distilled draft (trained on synthetic speech only)
 # agrees with base on 76% of the tokens of these clips, 50% of its k=4 proposals; an untrained
 # early exit from layer 4 of 6 agrees rarely.
-MIN_ACCEPTANCE = {"int8": 0.8, "trained": 0.3, "early-exit:4": 0.05, "ngram": 0.0}
+MIN_ACCEPTANCE = {"int8": 0.8, "trained": 0.3, "early-exit:4": 0.05, "ngram": 0.0, "auto": 0.3}
 
 
 @pytest.mark.parametrize("draft", list(MIN_ACCEPTANCE))
@@ -94,13 +96,17 @@ def test_compute_type_int8_transcribes_and_drafting_keeps_its_tokens():
     assert fast.stats["speculation"]["acceptance_rate"] >= MIN_ACCEPTANCE["trained"]
 
 
-def test_auto_draft_is_the_shipped_trained_one_where_it_exists(base):
+def test_auto_chooses_among_the_drafters_the_model_has(base):
     from tiny_models import tiny_runtime
     from whisperspec.whisper.drafters import make_drafter
 
-    assert make_drafter("auto", base.runtime).model.decoder.n_layers == 2  # base-draft.safetensors
-    tiny = tiny_runtime(0)  # no draft ships for it: the int8 copy of its own decoder
-    assert make_drafter("auto", tiny).model.decoder.n_layers == tiny.decoder.n_layers
+    auto = make_drafter("auto", base.runtime)
+    assert list(auto.candidates) == ["trained", "int8", "ngram"] and not auto.built  # built when first chosen
+    trained = auto.candidates["trained"]
+    special = base.runtime.special
+    assert trained.applies(special.prefix("en", "transcribe", False))  # the shipped draft speaks English
+    assert trained.make().model.decoder.n_layers == 2  # base-draft.safetensors
+    assert list(make_drafter("auto", tiny_runtime(0)).candidates) == ["int8", "ngram"]  # no draft ships for it
 
 
 def test_long_form_segments_follow_the_audio(base, tmp_path):
@@ -141,7 +147,10 @@ def test_cli_reports_bad_files_and_transcribes_the_rest(tmp_path, capsys):
     for name in ("empty.wav", "notes.wav", "missing.flac"):
         assert name in captured.err
     assert "weasels" in captured.out.lower()
-    assert sorted(p.name for p in out.iterdir()) == ["tt-weasels.json", "tt-weasels.srt", "tt-weasels.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["results.jsonl", "tt-weasels.json", "tt-weasels.srt",
+                                                     "tt-weasels.txt"]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["status"] for r in rows) == ["error", "error", "error", "ok"]
     assert json.loads((out / "tt-weasels.json").read_text())["text"]
 
 
@@ -171,3 +180,17 @@ def test_odd_but_valid_inputs_and_silence(base, tmp_path):
     assert (silent.text, silent.segments, silent.duration) == ("", [], 5.0)
     with pytest.raises(AudioError, match="audio array"):
         base.transcribe(np.full(16000, np.nan, dtype=np.float32))
+
+
+def test_a_transcription_from_the_command_line_path_imports_no_transformers_librosa_or_pyav():
+    """Start-up (issue 26): what the CLI runs for a 16-kHz FLAC, in a new process, reads the model
+    and the audio without the libraries that would cost it seconds of imports."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom whisperspec.transcribe import Transcriber\n"
+            f"result = Transcriber().transcribe({str(ROOT / 'data' / 'sample.flac')!r})\n"
+            "assert 'representative' in result.text, result.text\n"
+            "print(sorted(m for m in ('transformers', 'librosa', 'av') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

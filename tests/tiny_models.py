@@ -13,8 +13,9 @@ from whisperspec.whisper.model import WhisperRuntime
 
 @functools.lru_cache(maxsize=None)
 def real_vocabulary(name: str):
-    """Tokenizer and generation config of an embedded model: random weights, real special tokens."""
-    bundle = load_whisper(name)
+    """Tokenizer and generation config of an embedded model: random weights, real special tokens
+    (transformers' objects: the tests run transformers' generate() on these models too)."""
+    bundle = load_whisper(name, transformers=True)
     return bundle.tokenizer, bundle.generation_config, bundle.model.config.vocab_size
 
 

@@ -8,8 +8,6 @@ import stat
 from functools import lru_cache
 from pathlib import Path
 
-import av
-import librosa
 import numpy as np
 import soundfile as sf
 import torch
@@ -31,8 +29,10 @@ MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 2000, 768000
 # Peak below -60 dBFS: digital silence, dither or codec noise floor, never speech.
 SILENCE_PEAK = 1e-3
 
+READ_BLOCK_SECONDS = 30  # a file is read (and resampled) this much at a time
+
 # Headerless formats: nothing in the file tells FFmpeg what it is, so the extension must.
-RAW_FORMATS = {".g722": "g722"}
+RAW_FORMATS = {".g722": "g722", ".gsm": "gsm"}
 
 
 class AudioError(ValueError):
@@ -47,18 +47,46 @@ def load_audio(source, sample_rate: int | None = None, *, max_seconds: float = D
     Raises AudioError for a missing, empty, undecodable, sample-less, non-finite or too long input.
     """
     if isinstance(source, (str, os.PathLike)):
-        name = str(source)
-        samples, rate = _read_file(Path(source), max_seconds)
+        samples = _read_file(Path(source), max_seconds)
     else:
         name = "audio array"
         rate = _array_rate(sample_rate, name)
-        samples = _array_to_mono(source, name)
-        _check_duration(name, len(samples), rate, max_seconds)
-    _check_samples(name, samples)
-    if rate != SAMPLE_RATE:
-        samples = librosa.resample(samples, orig_sr=rate, target_sr=SAMPLE_RATE)
+        array = _array_to_mono(source, name)
+        _check_duration(name, len(array), rate, max_seconds)
+        samples = MonoAt16k(name, rate).add(array).finish()
     # Float files may exceed full scale, and the resampler's ringing can overshoot it slightly.
     return np.clip(samples, -1.0, 1.0, dtype=np.float32)
+
+
+class MonoAt16k:
+    """Collects mono chunks at `rate` as 16-kHz samples, checking each chunk as it comes.
+
+    A file is read and resampled block by block (soxr's stream, librosa's default resampler: the
+    same samples as resampling it whole), so a long file at another rate costs memory for its
+    16-kHz samples only, not for its whole decoded input and the resampler's copies of it.
+    """
+
+    def __init__(self, name: str, rate: int):
+        import soxr
+
+        self.name, self.chunks, self.n_input = name, [], 0
+        self.stream = None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32",
+                                                                            quality="HQ")
+
+    def add(self, chunk: np.ndarray) -> "MonoAt16k":
+        chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+        if not np.isfinite(chunk).all():
+            raise AudioError(f"{self.name}: contains NaN or infinite samples")
+        self.n_input += chunk.size
+        self.chunks.append(chunk if self.stream is None else self.stream.resample_chunk(chunk))
+        return self
+
+    def finish(self) -> np.ndarray:
+        if self.n_input == 0:
+            raise AudioError(f"{self.name}: contains no audio samples")
+        if self.stream is not None:
+            self.chunks.append(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+        return np.concatenate(self.chunks)
 
 
 def is_silent(audio, threshold: float = SILENCE_PEAK) -> bool:
@@ -67,7 +95,7 @@ def is_silent(audio, threshold: float = SILENCE_PEAK) -> bool:
     return samples.size == 0 or float(np.max(np.abs(samples))) < threshold
 
 
-def _read_file(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
+def _read_file(path: Path, max_seconds: float) -> np.ndarray:
     try:
         info = path.stat()
     except OSError as error:
@@ -80,29 +108,37 @@ def _read_file(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
         raise AudioError(f"{path}: not a regular file (a FIFO, socket or device is not read)")
     if info.st_size == 0:
         raise AudioError(f"{path}: file is empty (0 bytes)")
-    try:
-        return _read_with_soundfile(path, max_seconds)
-    except sf.SoundFileError as soundfile_error:
+    tried = ""
+    if path.suffix.lower() not in RAW_FORMATS:  # a headerless file is for FFmpeg, told its format
         try:
-            return _read_with_pyav(path, max_seconds)
-        except av.error.FFmpegError as pyav_error:
-            raise AudioError(
-                f"{path}: cannot be decoded as audio: not an audio file, or truncated/corrupt "
-                f"(soundfile: {_reason(soundfile_error)}; PyAV: {_reason(pyav_error)})") from pyav_error
+            return _read_with_soundfile(path, max_seconds)
+        except sf.SoundFileError as soundfile_error:
+            tried = f"soundfile: {_reason(soundfile_error)}; "
+    import av  # imported here: libsndfile reads the common formats, and PyAV's import is slow
+
+    try:
+        return _read_with_pyav(path, max_seconds)
+    except av.error.FFmpegError as pyav_error:
+        raise AudioError(f"{path}: cannot be decoded as audio: not an audio file, or truncated/corrupt "
+                         f"({tried}PyAV: {_reason(pyav_error)})") from pyav_error
 
 
-def _read_with_soundfile(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
-    """libsndfile: wav/flac/ogg/mp3 and friends, read whole with the length checked first."""
+def _read_with_soundfile(path: Path, max_seconds: float) -> np.ndarray:
+    """libsndfile: wav/flac/ogg/mp3 and friends, with the length checked before reading."""
     with sf.SoundFile(path) as file:
         _check_rate(str(path), file.samplerate)
         _check_duration(str(path), file.frames, file.samplerate, max_seconds)
-        frames = file.read(dtype="float32", always_2d=True)  # [samples, channels]
-        return frames.mean(axis=1), file.samplerate
+        samples = MonoAt16k(str(path), file.samplerate)
+        for block in file.blocks(READ_BLOCK_SECONDS * file.samplerate, dtype="float32", always_2d=True):
+            samples.add(block.mean(axis=1))  # [samples, channels] -> mono
+        return samples.finish()
 
 
-def _read_with_pyav(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
+def _read_with_pyav(path: Path, max_seconds: float) -> np.ndarray:
     """FFmpeg for the rest (m4a/aac, raw G.722, ...); the length is checked while decoding since
     containers may not declare it."""
+    import av
+
     with av.open(str(path), format=RAW_FORMATS.get(path.suffix.lower())) as container:
         if not container.streams.audio:
             raise AudioError(f"{path}: contains no audio stream")
@@ -111,15 +147,13 @@ def _read_with_pyav(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
         # Any codec sample format → float planar in [-1, 1]. Rate and layout are kept, so the
         # resampler buffers nothing and needs no flush.
         to_float = av.AudioResampler(format="fltp")
-        chunks, decoded = [], 0
+        samples, decoded = MonoAt16k(str(path), stream.rate), 0
         for frame in container.decode(stream):
             for converted in to_float.resample(frame):
-                chunks.append(converted.to_ndarray())  # [channels, samples]
+                samples.add(converted.to_ndarray().mean(axis=0))  # [channels, samples] -> mono
                 decoded += converted.samples
             _check_duration(str(path), decoded, stream.rate, max_seconds)
-    if not chunks:
-        return np.zeros(0, dtype=np.float32), stream.rate
-    return np.concatenate(chunks, axis=1).mean(axis=0), stream.rate
+    return samples.finish()
 
 
 def _array_to_mono(source, name: str) -> np.ndarray:
@@ -164,13 +198,6 @@ def _check_duration(name: str, n_samples: int, rate: int, max_seconds: float) ->
         raise AudioError(f"{name}: audio is too long (over max_seconds={max_seconds:g})")
 
 
-def _check_samples(name: str, samples: np.ndarray) -> None:
-    if samples.size == 0:
-        raise AudioError(f"{name}: contains no audio samples")
-    if not np.isfinite(samples).all():
-        raise AudioError(f"{name}: contains NaN or infinite samples")
-
-
 def _reason(error: Exception) -> str:
     # libsndfile's and FFmpeg's own wording, without the path both libraries repeat.
     reason = getattr(error, "error_string", None) or getattr(error, "strerror", None) or str(error)
@@ -196,14 +223,13 @@ def pad_or_trim(array, length: int = N_SAMPLES, *, axis: int = -1):
 @lru_cache(maxsize=None)
 def _stft_window_and_mel_filters(n_mels: int) -> tuple[torch.Tensor, torch.Tensor]:
     # Slaney-style mel scale and area normalisation, as openai-whisper's mel_filters.npz (librosa's
-    # defaults) and transformers' WhisperFeatureExtractor, whose filter bank this is (equal to
-    # librosa's within 4e-9). librosa.filters would cost a first file ~0.8 s of imports.
-    from transformers.audio_utils import mel_filter_bank
+    # defaults): transformers' WhisperFeatureExtractor filter bank, saved as package data like
+    # openai-whisper's (computing it would cost a first file the import of librosa or transformers;
+    # tests/test_audio.py checks the features against transformers' extractor, value for value).
+    from whisperspec.resources import asset
 
-    filters = mel_filter_bank(num_frequency_bins=1 + N_FFT // 2, num_mel_filters=n_mels, min_frequency=0.0,
-                              max_frequency=SAMPLE_RATE / 2, sampling_rate=SAMPLE_RATE, norm="slaney",
-                              mel_scale="slaney")
-    return torch.hann_window(N_FFT), torch.from_numpy(filters.T).float()
+    with np.load(asset("mel_filters.npz")) as filters:
+        return torch.hann_window(N_FFT), torch.from_numpy(filters[f"mel_{n_mels}"])
 
 
 def log_mel_spectrogram(audio, n_mels: int = 80, padding: int = 0) -> torch.Tensor:

@@ -3,7 +3,9 @@
     transcribe   audio files -> text (+ srt/vtt/json), optionally with a drafter
     import-ct2   a faster-whisper (CTranslate2) checkpoint -> transformers
     bench        decoder costs and decode-phase speed of each drafter, side by side
-    bench-online acceptance by window and decode time with and without online learning
+    bench-corpus   corpus throughput, whole processes, vs greedy and faster-whisper
+    bench-online   acceptance by window and decode time with and without online learning
+    bench-startup  one short file from the command line, whole processes, vs faster-whisper
     evaluate     WER and latency against transformers and faster-whisper
     generate     speculative generation with a causal text LM
     demo         the Gradio demo
@@ -28,7 +30,9 @@ from whisperspec.spec import SpecError
 # Subcommands that parse their own arguments: `whisperspec NAME ...` calls MODULE.FUNCTION(argv).
 DELEGATED = {
     "bench": ("whisperspec.whisper.bench:main", "decoder costs and decode-phase speed per drafter"),
+    "bench-corpus": ("whisperspec.corpus.bench:main", "corpus throughput vs greedy and faster-whisper, whole processes"),
     "bench-online": ("whisperspec.whisper.bench_online:main", "acceptance by window with and without online learning"),
+    "bench-startup": ("whisperspec.whisper.startup:main", "one short file, whole processes, vs faster-whisper"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
     "demo": ("whisperspec.demo:cli", "start the Gradio demo"),
@@ -72,7 +76,8 @@ def _run(argv: list[str]) -> int:
 # ------------------------------------------------------------------ transcribe
 def _add_transcribe(commands) -> None:
     p = commands.add_parser("transcribe", help="transcribe audio files")
-    p.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3, ...)")
+    p.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3, ...), folders (searched recursively), "
+                                            "globs, or manifests (.jsonl/.csv with audio[,language,id]; .txt)")
     p.add_argument("--model", default=defaults.MODEL, help="base, tiny.en, a faster-whisper/transformers dir or hub id")
     p.add_argument("--compute-type", choices=("float32", "int8"), default="float32",
                    help="int8: int8 encoder, like faster-whisper's int8 (speculation stays exact for either)")
@@ -97,13 +102,16 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--initial-prompt", default=None)
     p.add_argument("--stats", action="store_true", help="print acceptance, passes, tokens/s and the time split")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from whisperspec.corpus.cli import add_corpus_arguments
+
+    add_corpus_arguments(p)
     p.set_defaults(run=_run_transcribe)
 
 
 def _run_transcribe(args) -> int:
-    from whisperspec.audio import AudioError
-    from whisperspec.output import WRITERS, write_outputs
-    from whisperspec.transcribe import Transcriber
+    from whisperspec.corpus.cli import corpus_engine, transcribe_corpus
+    from whisperspec.corpus.inputs import InputError, expand_inputs
+    from whisperspec.output import WRITERS
 
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     unknown = set(formats) - set(WRITERS) - {"all"}
@@ -113,61 +121,35 @@ def _run_transcribe(args) -> int:
         return 2
     if args.output_dir and not _writable_folder(args.output_dir):
         return 2
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar, on a cold disk
+    try:
+        sources = expand_inputs(args.audio)
+    except InputError as error:
+        print(f"whisperspec: {error}", file=sys.stderr)
+        return 2
+    # transformers' per-tensor "Loading weights" bar, where a model loads through it (a hub id);
+    # set in the environment: importing transformers to switch it off would cost the start-up
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    options = dict(model=args.model, compute_type=args.compute_type, draft=args.draft, lookahead=args.lookahead,
+                   language=args.language, task=args.task, timestamps=args.timestamps,
+                   temperature=args.temperature, initial_prompt=args.initial_prompt, sampling=args.sampling,
+                   online_learning=args.online_learning)
     try:  # every option is checked before the model loads
-        transcriber = Transcriber(args.model, compute_type=args.compute_type, draft=args.draft,
-                                  lookahead=args.lookahead, language=args.language, task=args.task,
-                                  timestamps=args.timestamps, temperature=args.temperature,
-                                  initial_prompt=args.initial_prompt, progress=not args.quiet,
-                                  sampling=args.sampling, online_learning=args.online_learning)
+        engine = corpus_engine(options, args)
     except SpecError as error:
         print(f"whisperspec: --draft: {error}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as error:  # each names the option, the model or the drafter
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
-    failed = 0
-    names = output_names(args.audio)
-    for path in args.audio:
-        try:
-            result = transcriber.transcribe(path)
-        except AudioError as error:  # one bad file does not stop the others
-            print(f"whisperspec: {error}", file=sys.stderr)
-            failed += 1
-            continue
-        _print_result(result, args)
-        if args.output_dir:
-            name = names[path]
-            try:
-                written = write_outputs(result, args.output_dir / name.parent, name.name, formats)
-            except OSError as error:  # a full or read-only disk: what was written stays, the rest would fail too
-                print(f"whisperspec: cannot write the results of {path} to {args.output_dir}: "
-                      f"{error.strerror or error}", file=sys.stderr)
-                return 1
-            for file in written:
-                print(f"  wrote {file}", file=sys.stderr)
-    return 1 if failed else 0
+    return transcribe_corpus(sources, engine, args, formats,
+                             print_result=lambda result: _print_result(result, args, len(sources) > 1))
 
 
 def output_names(inputs: list[str]) -> dict[str, Path]:
-    """Each input's results name, relative to the output folder: its own name without the extension,
-    unless another input has that name too; then the path below the folder they share (`a/t.flac`
-    and `b/t.flac` give `a/t` and `b/t`), with the extension where that is not enough (`t.flac`
-    and `t.wav` in one folder). Results never overwrite each other."""
-    resolved = {path: Path(path).resolve() for path in inputs}
-    names = {path: Path(p.stem) for path, p in resolved.items()}
-    for name in set(names.values()):
-        clashing = {path for path in names if names[path] == name}
-        if len({resolved[path] for path in clashing}) > 1:
-            common = Path(os.path.commonpath([resolved[path].parent for path in clashing]))
-            below = {path: resolved[path].relative_to(common) for path in clashing}
-            stems = [b.with_suffix("") for b in below.values()]
-            for path, relative in below.items():
-                stem = relative.with_suffix("")
-                names[path] = relative if stems.count(stem) > 1 else stem
-    return names
+    """Each input's results name, relative to the output folder (`whisperspec.corpus.inputs`)."""
+    from whisperspec.corpus.inputs import output_names as names
+
+    return names(inputs)
 
 
 def _writable_folder(folder: Path) -> bool:
@@ -182,8 +164,8 @@ def _writable_folder(folder: Path) -> bool:
         return False
 
 
-def _print_result(result, args) -> None:
-    if len(args.audio) > 1:
+def _print_result(result, args, many: bool) -> None:
+    if many:
         print(f"== {result.source}")
     if args.timestamps:
         from whisperspec.output import format_timestamp

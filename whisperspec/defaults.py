@@ -2,7 +2,9 @@
 and the text-LM module all read them from here. Why each value: docs/BENCHMARKS.md."""
 
 MODEL = "base"
-DRAFT = "none"  # plain greedy decoding: the reference every drafter must equal
+# The fastest drafter for the audio at hand, chosen as decoding goes (`none`, plain greedy decoding,
+# is the reference every drafter must equal, token for token)
+DRAFT = "auto"
 
 # Tokens drafted per round. Whisper: a fixed 3 was the fastest policy measured with base's trained
 # draft end to end and on long-form. Text LMs: n-gram lookup pays off on long copied runs.
@@ -29,6 +31,12 @@ ONLINE_TARGETS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "s
                   "encoder_attn.q_proj", "encoder_attn.out_proj", "fc1", "fc2")
 ONLINE_TOP_K = 32  # main-model scores kept per emitted position
 ONLINE_MEMORY = 16  # windows kept to train on (~1.5 MB each for base's draft)
+
+# Corpus mode (`whisperspec transcribe` over many files): windows of this many files decoded together
+# (measured against 1, 4 and 16 on 2 cores, greedy and with the trained draft).
+BATCH_SIZE = 8
+# `--engine ray`: CPUs (torch threads) per transcriber actor.
+RAY_CPUS_PER_WORKER = 2
 
 # Audio shorter than this holds no word: Whisper would only make one up.
 MIN_SPEECH_SECONDS = 0.25

@@ -191,7 +191,7 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
                 audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio")
                 model = gr.Dropdown(list(allowed), value=default_model, label="Model",
                                     info="the models this demo's operator serves")
-                draft = gr.Dropdown(DRAFTS, value="auto", label="Drafter")
+                draft = gr.Dropdown(DRAFTS, value=defaults.DRAFT, label="Drafter")
                 lookahead = gr.Dropdown(LOOKAHEADS, value=defaults.LOOKAHEAD, label="Lookahead")
                 compute_type = gr.Radio(list(COMPUTE_TYPES), value="float32", label="Compute type",
                                         info="int8: a faster, slightly different encoder (drafting stays exact)")

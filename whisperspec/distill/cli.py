@@ -27,6 +27,7 @@ import torch
 
 from whisperspec import defaults
 from whisperspec.cache import cache_dir
+from whisperspec.evaluation.datasets import check_trainable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=None, help="text file (default: Debian fortunes)")
     parser.add_argument("--data-dir", type=Path, default=None, help="labelled shards (default: in the cache)")
     args = parser.parse_args(argv)
+    for source in args.audio or []:  # before any model loads
+        try:
+            check_trainable(source)
+        except ValueError as error:
+            parser.error(f"--audio: {error}")
     report = distill(args)
     print(json.dumps(report, indent=2))
     return 0

@@ -31,10 +31,10 @@ _fingerprints: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakK
 def fingerprint(model: torch.nn.Module) -> str:
     """Identifies the main model a draft was trained for (its token embeddings, exactly).
 
-    Hashing base's 106 MB of embeddings takes a few hundred ms: once per loaded model."""
+    Hashing base's 106 MB of embeddings takes ~50 ms (read in place, not copied): once per loaded model."""
     if model not in _fingerprints:
         weight = model.model.decoder.embed_tokens.weight.detach().float().contiguous()
-        _fingerprints[model] = hashlib.sha256(weight.numpy().tobytes()).hexdigest()[:16]
+        _fingerprints[model] = hashlib.sha256(memoryview(weight.numpy()).cast("B")).hexdigest()[:16]
     return _fingerprints[model]
 
 
@@ -75,6 +75,16 @@ def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torc
     if unexpected or any(not name.startswith(SHARED) for name in missing):
         raise ValueError(f"{path} does not fit a {meta['decoder_layers']}-layer draft: {missing or unexpected}")
     return draft, vocab_ids
+
+
+def draft_languages(path: Path) -> dict[str, float | None]:
+    """The languages a draft was trained for, each with its held-out agreement with the main model
+    where the file records it. Drafts from before the recipe spoke other languages were trained on
+    English speech only."""
+    meta = read_metadata(path)
+    if "languages" in meta:
+        return json.loads(meta["languages"])
+    return {"en": json.loads(meta.get("info", "{}")).get("val_agreement")}
 
 
 def shipped_draft(main: torch.nn.Module) -> Path | None:

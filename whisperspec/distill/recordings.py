@@ -24,7 +24,7 @@ from tqdm import tqdm
 from whisperspec.audio import N_SAMPLES, SAMPLE_RATE, AudioError, is_silent, load_audio
 from whisperspec.distill.labels import label_windows, previous_text_prompt, save_shard
 from whisperspec.distill.speech import random_channel, silence
-from whisperspec.evaluation.datasets import AUDIO_SUFFIXES, load_dataset, read_manifest
+from whisperspec.evaluation.datasets import AUDIO_SUFFIXES, check_trainable, load_dataset, read_manifest
 from whisperspec.whisper.decode import DecodeOptions
 from whisperspec.whisper.model import WhisperRuntime
 
@@ -35,7 +35,7 @@ MODES = {"plain": DecodeOptions(language="en", temperatures=(0.0,)),
 
 def recording_paths(sources: list[str]) -> list[Path]:
     """Audio files from files, folders (searched recursively), .jsonl manifests or a data set name
-    `load_dataset` knows (e.g. asterisk-en-distill); sorted, each once."""
+    `load_dataset` knows (e.g. asterisk-en-distill) but those kept for measuring; sorted, each once."""
     paths: set[Path] = set()
     for source in sources:
         path = Path(source)
@@ -46,6 +46,7 @@ def recording_paths(sources: list[str]) -> list[Path]:
         elif path.is_file():
             paths.add(path)
         else:
+            check_trainable(source)
             paths |= {Path(u.audio) for u in load_dataset(source)}
     if not paths:
         raise FileNotFoundError(f"no audio found in {', '.join(sources)}")

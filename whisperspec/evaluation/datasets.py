@@ -1,16 +1,41 @@
 """Evaluation data by name or path: JSONL manifests (`manifest`), folders with .txt sidecars,
-Hugging Face data sets, and the Asterisk recipe (`asterisk`)."""
+Hugging Face data sets, and the built-in sets of packaged real speech (`asterisk`, `tuxpaint`,
+`samples`; docs/DATASETS.md), some of which are kept for measuring only (MEASURE_ONLY)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from whisperspec.evaluation import asterisk
+from whisperspec.evaluation import asterisk, samples, tuxpaint
 from whisperspec.evaluation.manifest import Utterance, read_manifest, write_manifest
 
-__all__ = ["AUDIO_SUFFIXES", "Utterance", "load_dataset", "read_folder", "read_manifest", "write_manifest"]
+__all__ = ["AUDIO_SUFFIXES", "BUILT_IN", "MEASURE_ONLY", "Utterance", "check_trainable", "load_dataset", "read_folder",
+           "read_manifest", "write_manifest"]
 
-AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus", ".g722"}
+AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus", ".g722", ".gsm"}
+
+# Built-in sets by name. Sets with empty references (community prompts, samples) are for
+# distillation, or for speed where WER is not reported.
+BUILT_IN = {
+    "asterisk-en": lambda: asterisk.evaluation_prompts("en"),
+    "asterisk-es": lambda: asterisk.prompts("es"),  # no distillation split in Spanish
+    "asterisk-en-long": lambda: asterisk.long_form("en"),
+    "asterisk-en-distill": lambda: asterisk.distill_prompts("en"),
+    **{f"asterisk-{lang}": (lambda lang=lang: asterisk.prompts(lang)) for lang in ("it", "ru")},
+    **{f"asterisk-{lang}-long": (lambda lang=lang: asterisk.long_form(lang)) for lang in ("es", "it", "ru")},
+    **{name: (lambda name=name: asterisk.community_prompts(name)) for name in asterisk.COMMUNITY},
+    **{f"tuxpaint-{lang}": (lambda lang=lang: tuxpaint.descriptions(lang)) for lang in tuxpaint.LANGUAGES},
+    **{f"tuxpaint-{lang}-long": (lambda lang=lang: tuxpaint.long_form(lang)) for lang in tuxpaint.LANGUAGES},
+    "codec2-en": samples.codec2_speech,
+    "ami-en": lambda: samples.ami_excerpts("test"),
+    "ami-en-train": lambda: samples.ami_excerpts("train"),
+}
+# Sources no draft is trained or tuned on, so that speed and acceptance measured on them say how a
+# draft does on speech it never met: an English and several non-English speakers and channels.
+# `whisperspec distill --audio` refuses them. (asterisk-it-menardi: the Italian prompt texts of
+# asterisk-it, read by another speaker.)
+MEASURE_ONLY = frozenset({"codec2-en", "ami-en", "asterisk-it", "asterisk-it-long", "asterisk-it-menardi",
+                          *(name for name in BUILT_IN if name.startswith("tuxpaint-"))})
 
 
 def read_folder(folder: Path, language: str | None = "en") -> list[Utterance]:
@@ -62,25 +87,26 @@ def _decoded(audio):
     return decoded.data.mean(dim=0).numpy(), decoded.sample_rate
 
 
+def check_trainable(source: str) -> None:
+    """A ValueError for a built-in set kept for measuring only."""
+    if source in MEASURE_ONLY:
+        raise ValueError(f"{source} is kept for measuring only (docs/DATASETS.md): no draft is trained or tuned on it")
+
+
 def load_dataset(name_or_path: str, limit: int | None = None) -> list[Utterance]:
-    """A manifest (.jsonl), a folder with sidecars, hf:NAME[:CONFIG[:SPLIT]], or a built-in name:
-    asterisk-en, asterisk-es, asterisk-en-long, asterisk-es-long, and asterisk-en-distill (the prompts kept for
-    `whisperspec distill --audio`, never in an evaluation set)."""
-    builders = {"asterisk-en": lambda: asterisk.evaluation_prompts("en"),
-                "asterisk-es": lambda: asterisk.prompts("es"),  # no distillation split in Spanish
-                "asterisk-en-long": lambda: asterisk.long_form("en"),
-                "asterisk-es-long": lambda: asterisk.long_form("es"),
-                "asterisk-en-distill": lambda: asterisk.distill_prompts("en")}
+    """A manifest (.jsonl), a folder with sidecars, hf:NAME[:CONFIG[:SPLIT]], or a BUILT_IN name
+    (asterisk-en-distill: the prompts kept for `whisperspec distill --audio`, never in an
+    evaluation set)."""
     path = Path(name_or_path)
     if name_or_path.startswith("hf:"):
         return huggingface_dataset(name_or_path, limit)
-    if name_or_path in builders:
-        utterances = builders[name_or_path]()
+    if name_or_path in BUILT_IN:
+        utterances = BUILT_IN[name_or_path]()
     elif path.is_dir():
         utterances = read_folder(path)
     elif path.is_file():
         utterances = read_manifest(path)
     else:
         raise ValueError(f"unknown data set {name_or_path!r}: use a .jsonl manifest, a folder of audio with "
-                         f".txt sidecars, hf:NAME[:CONFIG[:SPLIT]], or one of {', '.join(builders)}")
+                         f".txt sidecars, hf:NAME[:CONFIG[:SPLIT]], or one of {', '.join(BUILT_IN)}")
     return utterances[:limit] if limit else utterances

@@ -11,10 +11,11 @@ import numpy as np
 from whisperspec.atomic import atomic_write
 from whisperspec.evaluation.scoring import score
 
-REFERENCE_SYSTEM = "whisperspec"  # plain greedy: what every whisperspec drafter must reproduce
+REFERENCE_SYSTEM = "whisperspec:none"  # plain greedy: what every whisperspec drafter must reproduce
 # Each family's own greedy output, which its drafting variants are compared with (transformers'
 # assisted Whisper generation switches off begin_suppress_tokens and may differ: reported, not hidden)
-FAMILY_GREEDY = {"whisperspec": "whisperspec", "whisperspec-int8": "whisperspec-int8", "transformers": "transformers"}
+FAMILY_GREEDY = {"whisperspec": "whisperspec:none", "whisperspec-int8": "whisperspec-int8:none",
+                 "transformers": "transformers"}
 
 
 def summarize(utterances, outputs: dict[str, list], peak_rss_mb: dict[str, float]) -> dict:
@@ -29,13 +30,17 @@ def summarize(utterances, outputs: dict[str, list], peak_rss_mb: dict[str, float
         spec = [o.stats for o in outs if o.stats]
         proposed, accepted = sum(s.get("proposed", 0) for s in spec), sum(s.get("accepted", 0) for s in spec)
         rounds, emitted = sum(s.get("rounds", 0) for s in spec), sum(s.get("emitted", 0) for s in spec)
+        labelled = scores.reference_words > 0  # a set without references (for speed) has no WER
         summary[name] = {
-            "wer": scores.wer, "cer": scores.cer, "total_seconds": float(seconds.sum()),
+            "wer": scores.wer if labelled else None, "cer": scores.cer if labelled else None,
+            "total_seconds": float(seconds.sum()),
             "latency_p50": float(np.percentile(seconds, 50)), "latency_p90": float(np.percentile(seconds, 90)),
             "rtf": float(seconds.sum() / max(sum(audio_seconds), 1e-9)),
             "tokens_per_second": sum(o.tokens for o in outs) / max(float(seconds.sum()), 1e-9),
             "acceptance_rate": accepted / proposed if proposed else None,
             "mean_accepted_length": emitted / rounds if rounds and proposed else None,
+            # the decode phase alone (ours: the encoder and the features excluded)
+            "decode_seconds": sum(s["decoder_ms"] for s in spec) / 1e3 if any("decoder_ms" in s for s in spec) else None,
             "peak_rss_mb": peak_rss_mb.get(name),
             "per_utterance_wer": scores.per_utterance_wer,
         }
@@ -54,12 +59,14 @@ def speedups(baseline: list, system: list) -> dict:
 
 
 def markdown_table(summary: dict, baselines: list[str]) -> str:
-    head = ["system", "WER %", "CER %", "p50 s", "p90 s", "RTF", "tokens/s", "acceptance", "tokens/pass",
+    head = ["system", "WER %", "CER %", "p50 s", "p90 s", "RTF", "tokens/s", "decode s", "acceptance", "tokens/pass",
             *[f"speed-up vs {b}" for b in baselines], "differs from greedy"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in summary.items():
-        row = [name, f"{100 * m['wer']:.2f}", f"{100 * m['cer']:.2f}", f"{m['latency_p50']:.3f}",
+        row = [name, *(_maybe(None if m[k] is None else 100 * m[k], "{:.2f}") for k in ("wer", "cer")),
+               f"{m['latency_p50']:.3f}",
                f"{m['latency_p90']:.3f}", f"{m['rtf']:.3f}", f"{m['tokens_per_second']:.1f}",
+               _maybe(m.get("decode_seconds"), "{:.2f}"),
                _maybe(m["acceptance_rate"], "{:.1%}"), _maybe(m["mean_accepted_length"], "{:.2f}"),
                *[("1.00x" if b == name else f"{m['speedup'][b]['total']:.2f}x") if b in summary else "-"
                  for b in baselines],
@@ -75,7 +82,7 @@ def _maybe(value, fmt: str) -> str:
 def write_report(out_dir: Path, utterances, outputs: dict, summary: dict, header: str) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    baselines = [b for b in ("whisperspec", "whisperspec-int8", "transformers", "faster-whisper:int8",
+    baselines = [b for b in ("whisperspec:none", "whisperspec-int8:none", "transformers", "faster-whisper:int8",
                              "faster-whisper:float32") if b in summary]
     per_utterance = [{"id": u.id, "duration": u.duration, "reference": u.text,
                       **{name: {"text": outs[i].text, "seconds": outs[i].seconds} for name, outs in outputs.items()}}

@@ -1,7 +1,7 @@
 """`whisperspec evaluate`: WER and latency of several systems on the same audio, in one run.
 
     whisperspec evaluate --dataset asterisk-en --limit 50 --out eval/ \\
-        --systems whisperspec whisperspec:int8@6 transformers faster-whisper:int8 faster-whisper:float32
+        --systems whisperspec:none whisperspec transformers faster-whisper:int8 faster-whisper:float32
 
 Every system transcribes every utterance; the order of systems rotates from one utterance to the
 next so that drift on a shared machine hits all alike; a first utterance warms each system up and
@@ -23,7 +23,7 @@ from whisperspec.evaluation.report import summarize, write_report
 from whisperspec.evaluation.systems import FasterWhisperSystem, Output, build_system, parse_system_spec
 from whisperspec.spec import SpecError
 
-DEFAULT_SYSTEMS = ["whisperspec", "whisperspec:int8:6", "transformers", "faster-whisper:int8",
+DEFAULT_SYSTEMS = ["whisperspec:none", "whisperspec", "transformers", "faster-whisper:int8",
                    "faster-whisper:float32"]
 
 
@@ -51,8 +51,9 @@ def evaluate(utterances, systems: dict, repeats: int = 1, progress: bool = True)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="whisperspec evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="asterisk-en", help="asterisk-en, asterisk-es, asterisk-en-long, "
-                                                                  "a .jsonl manifest or a folder with .txt sidecars")
+    parser.add_argument("--dataset", default="asterisk-en", help="a built-in set (asterisk-en, tuxpaint-fr, codec2-en, "
+                                                                  "...: docs/DATASETS.md), a .jsonl manifest or a "
+                                                                  "folder with .txt sidecars")
     parser.add_argument("--systems", nargs="+", default=DEFAULT_SYSTEMS)
     parser.add_argument("--model", default="base")
     parser.add_argument("--out", type=Path, default=Path("eval"))
@@ -67,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as error:
         print(f"whisperspec evaluate: --systems: {error}", file=sys.stderr)
         return 2
-    utterances = load_dataset(args.dataset, limit=args.limit)
+    try:
+        utterances = load_dataset(args.dataset, limit=args.limit)
+    except (ValueError, FileNotFoundError) as error:  # an unknown name, a package not installed
+        print(f"whisperspec evaluate: --dataset: {error}", file=sys.stderr)
+        return 2
     systems = {spec: build_system(spec, args.model) for spec in args.systems}
     try:
         outputs = evaluate(utterances, systems, args.repeats, progress=not args.quiet)

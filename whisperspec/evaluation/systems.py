@@ -1,7 +1,8 @@
 """The systems an evaluation compares, each answering `transcribe(utterance) -> Output`.
 
 Spec strings (for `--systems`), parsed by `whisperspec.spec.parse_system`:
-    whisperspec[:DRAFT[@LOOKAHEAD]]          e.g. whisperspec, whisperspec:int8@6, whisperspec:ngram@cost,
+    whisperspec[:DRAFT[@LOOKAHEAD]]          e.g. whisperspec (the default drafter, auto), whisperspec:none
+                                             (plain greedy), whisperspec:int8@6, whisperspec:ngram@cost,
                                              whisperspec:early-exit:5@4, whisperspec:auto@confidence:0.4
     whisperspec-int8[:DRAFT[@LOOKAHEAD]]     the same with compute type int8 (an int8 encoder)
     transformers[:assistant=MODEL | :prompt-lookup=N]
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from whisperspec import defaults
 from whisperspec.audio import N_SAMPLES, SAMPLE_RATE, load_audio
 from whisperspec.evaluation.manifest import Utterance
 from whisperspec.spec import DraftSpec, parse_system
@@ -41,7 +43,9 @@ class WhisperspecSystem:
     def transcribe(self, utterance: Utterance) -> Output:
         start = time.perf_counter()
         result = self.transcriber.transcribe(utterance.audio, language=utterance.language)
-        return Output(result.text, time.perf_counter() - start, result.stats["tokens"], result.stats["speculation"])
+        seconds = time.perf_counter() - start
+        stats = {**result.stats.get("speculation", {}), "decoder_ms": result.stats.get("decoder_ms", 0.0)}
+        return Output(result.text, seconds, result.stats.get("tokens", 0), stats)
 
 
 class TransformersSystem:
@@ -51,12 +55,12 @@ class TransformersSystem:
         from whisperspec.models import load_whisper
 
         self.name = name
-        bundle = load_whisper(model)
+        bundle = load_whisper(model, transformers=True)
         self.model, self.tokenizer, self.features = bundle.model, bundle.tokenizer, bundle.feature_extractor
         self.options = {}
         if assistant:
             # transformers reads draft options from the assistant's generation_config, not from generate()
-            self.options["assistant_model"] = load_whisper(assistant).model
+            self.options["assistant_model"] = load_whisper(assistant, transformers=True).model
         if prompt_lookup:
             self.options["prompt_lookup_num_tokens"] = prompt_lookup
 
@@ -118,7 +122,7 @@ def parse_system_spec(spec: str):
     from whisperspec.whisper.drafters import DRAFTERS
     from whisperspec.models.registry import EMBEDDED_MODELS
 
-    drafting = dict(kinds=DRAFTERS, models=EMBEDDED_MODELS, files=True)
+    drafting = dict(kinds=DRAFTERS, models=EMBEDDED_MODELS, files=True, default=defaults.DRAFT)
     parsed = parse_system(spec, {name: drafting for name in OURS}, PEERS)
     if parsed.system == "faster-whisper" and parsed.option not in ("", "int8", "float32"):
         raise ValueError(f"unknown system {spec!r}: faster-whisper:int8 or faster-whisper:float32")

@@ -48,17 +48,20 @@ def generate(target: CachedModel, tokens: list[int], max_new_tokens: int, eos_to
 
 
 @torch.inference_mode()
-def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_tokens: int,
+def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_tokens: int | Sequence[int],
                    eos_token_id: int | None, *, drafter: Drafter | None = None, lookahead=None,
                    logit_filters: Sequence[LogitFilter] | None = None, temperature: float = 0.0,
                    generator: torch.Generator | None = None, noise: GumbelNoise | None = None,
                    on_tokens: Callable[[int, list[int]], None] | None = None, held: int | None = None,
-                   on_prefill: Callable[[torch.Tensor], None] | None = None,
+                   on_prefill: Callable[[int, torch.Tensor], None] | None = None,
                    stop: Callable[[int, list[int]], int | None] | None = None) -> list[Generation]:
     """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`, or, with
     `held`, just the first `held` tokens of every row: the first round then feeds the rest together
     with the first draft, so a prompt is read in the pass that verifies that draft (one target pass
-    fewer), and `on_prefill` receives the logits [batch, n, vocab] of those n fed tokens.
+    fewer), and `on_prefill(row, logits)` receives the logits [n, vocab] of the n tokens fed for
+    that row. Sequences may differ in length: each row's tokens sit at its own positions (shorter
+    rows are padded at the end, and the padding is rolled back unread). `max_new_tokens`: one limit
+    for every row, or one per row.
 
     Sampling (temperature > 0) follows the residual rule with `generator`, or with `noise` coupled
     sampling (`whisperspec.speculative.coupled`: the same tokens with or without a drafter).
@@ -73,26 +76,26 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                 for f in filters]
     rows = [list(s) for s in sequences]
     outs = [Generation() for _ in rows]
+    limits = [max_new_tokens] * len(rows) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     active = list(range(len(rows)))  # original row index of each row still in the batch
-    unfed = {1} if held is None else {len(row) - held for row in rows}  # tokens the first pass feeds
-    if len(unfed) != 1 or min(unfed) < 1:
-        raise ValueError(f"every row must leave the same number (>= 1) of tokens to the first pass, not {unfed}")
-    tail, prefilling = unfed.pop(), held is not None
+    tails = [1] * len(rows) if held is None else [len(row) - held for row in rows]  # tokens the first pass feeds
+    if min(tails) < 1:
+        raise ValueError(f"every row must leave at least one token to the first pass, not {tails}")
+    prefilling = held is not None
     while active:
         t0 = time.perf_counter()
-        room = min(max_new_tokens - len(outs[r].tokens) for r in active)
+        room = min(limits[r] - len(outs[r].tokens) for r in active)
         k = min(lookahead.k(), room - 1) if drafter else 0
         proposals = _propose(drafter, [rows[r] for r in active], k, [contexts[r] for r in active])
         t1 = time.perf_counter()
-        width = max(len(p.tokens) for p in proposals)
-        batch = [[*rows[r][-tail:], *p.tokens, *[rows[r][-1]] * (width - len(p.tokens))]  # padding never verified
-                 for r, p in zip(active, proposals)]
+        width = max(tails[r] + len(p.tokens) for r, p in zip(active, proposals))
+        batch = [[*rows[r][-tails[r]:], *p.tokens, *[rows[r][-1]] * (width - tails[r] - len(p.tokens))]
+                 for r, p in zip(active, proposals)]  # padding never verified
         logits = target.forward(torch.tensor(batch))
-        if prefilling:  # this round's pass also read the rest of the prompt
-            if on_prefill:
-                on_prefill(logits[:, :tail])
-            logits = logits[:, tail - 1:]
-        verdicts = [verify(rows[r], p, logits[i], filters[r], temperature, generator, noise)
+        if prefilling and on_prefill:  # this round's pass also read the rest of the prompt
+            for i, r in enumerate(active):
+                on_prefill(r, logits[i, :tails[r]])
+        verdicts = [verify(rows[r], p, logits[i, tails[r] - 1:], filters[r], temperature, generator, noise)
                     for i, (r, p) in enumerate(zip(active, proposals))]
         target.rollback([len(rows[r]) + v.accepted for r, v in zip(active, verdicts)])  # all but the newest
         t2 = time.perf_counter()
@@ -113,13 +116,14 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
             cut = stop(r, out.tokens) if stop else None
             if cut is not None:
                 out.tokens, out.logprobs, out.from_draft = out.tokens[:cut], out.logprobs[:cut], out.from_draft[:cut]
-            if cut is not None or emitted[-1] == eos_token_id or len(out.tokens) >= max_new_tokens:
+            if cut is not None or emitted[-1] == eos_token_id or len(out.tokens) >= limits[r]:
                 finished.append(r)
-        for r, v in zip(active, verdicts) if drafter else ():
-            drafter.learn(rows[r], v)
+        verify_seconds = None if prefilling else t2 - t1  # a pass that also read a prompt is no verify cost
+        for i, (r, p, v) in enumerate(zip(active, proposals, verdicts)) if drafter else ():
+            drafter.learn(rows[r], v, logits[i, tails[r] - 1:tails[r] + len(p.tokens)], t1 - t0, verify_seconds)
         for v in verdicts if not prefilling else ():  # a pass that also read a prompt is no verify cost
             lookahead.update(v, t1 - t0, t2 - t1)
-        tail, prefilling = 1, False
+        tails, prefilling = [1] * len(rows), False
         if finished:
             keep = _survivors(len(active), [i for i, r in enumerate(active) if r in finished])
             active = [active[i] for i in keep]

@@ -88,9 +88,14 @@ class Drafter:
         """`propose` for every row of a batch."""
         return [self.propose(row, k, context) for row, context in zip(rows, contexts)]
 
-    def learn(self, tokens: list[int], verdict: Verdict) -> None:
-        """After each round: `tokens` is the row's sequence after the verdict. A drafter that
-        re-syncs with the sequence when it next proposes needs nothing here."""
+    def learn(self, tokens: list[int], verdict: Verdict, logits: torch.Tensor | None = None,
+              draft_seconds: float = 0.0, verify_seconds: float | None = None) -> None:
+        """After each round: `tokens` is the row's sequence after the verdict; `logits` [k + 1,
+        vocab] the target's raw scores at the positions it verified (after the sequence before
+        this round's tokens, then after each drafted token: what the draft should have said);
+        the round's drafting and verifying wall time (shared by the rows of a batch; no verify
+        time for a pass that also read a prompt). A drafter that re-syncs with the sequence when
+        it next proposes needs none of it."""
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep only these batch rows, in this order, as the target does (finished rows leave)."""

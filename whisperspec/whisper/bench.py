@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=defaults.MODEL)
     parser.add_argument("--audio", nargs="*", type=Path,
                         help="audio files (default: the six bundled clips, whisperspec/assets/clips)")
-    parser.add_argument("--drafts", default="auto,int8,early-exit,ngram",
-                        help="comma-separated DRAFT[@LOOKAHEAD] specs (auto@2,auto@cost)")
+    parser.add_argument("--drafts", default="auto,trained,int8,early-exit,ngram",
+                        help="comma-separated DRAFT[@LOOKAHEAD] specs (auto@2,trained@cost)")
     parser.add_argument("--lookahead", default=defaults.LOOKAHEAD, help="for drafts given without @LOOKAHEAD")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=0, help="also time batched decoding of this many windows")
@@ -61,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"whisperspec bench: {error}", file=sys.stderr)
         return 2
 
-    transcriber = Transcriber(args.model)
-    runtime = transcriber.runtime
+    runtime = Transcriber(args.model, draft="none").runtime  # each drafter is built below
     paths = args.audio or bench_clips()
     mels = [log_mel_spectrogram(load_audio(p), runtime.n_mels, padding=N_SAMPLES)[None, :, :N_FRAMES] for p in paths]
     windows = [runtime.encode(m) for m in mels]

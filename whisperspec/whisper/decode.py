@@ -119,32 +119,31 @@ class WindowDecoder:
         return self.decode_batch(window, options, [prompt])[0]
 
     @torch.inference_mode()
-    def decode_batch(self, window: EncodedWindow, options: DecodeOptions,
-                     prompts: list[list[int]] | None = None) -> list[WindowResult]:
-        """Decode every row of `window` together. Rows whose text fails the fallback checks are
-        decoded again, alone, at the next temperature."""
+    def decode_batch(self, window: EncodedWindow, options: DecodeOptions, prompts: list[list[int]] | None = None,
+                     languages: list[str | None] | None = None) -> list[WindowResult]:
+        """Decode every row of `window` together, each with its own prompt (of any length) and
+        language (`languages`, default `options.language`; None: detected). Rows whose text fails
+        the fallback checks are decoded again, alone, at the next temperature."""
         runtime, special = self.runtime, self.runtime.special
         runtime.decoder.start(window.hidden)
         if self.drafter:
             self.drafter.start_window(window)
         prompts = prompts or [[] for _ in range(len(window.hidden))]
-        languages = [options.language] * len(prompts)
-        if options.language is None and special.is_multilingual:
-            languages = self.detect_language()
+        languages = list(languages or [options.language] * len(prompts))
+        if None in languages and special.is_multilingual:
+            languages = [given or detected for given, detected in zip(languages, self.detect_language())]
         prefixes = [forced_prefix(special, p, lang, options) for p, lang in zip(prompts, languages)]
-        if len({len(p) for p in prefixes}) > 1:
-            raise ValueError("rows decoded together need prompts of the same length")
         filters = [WhisperLogitFilter(special, len(p), options.timestamps, runtime.vocab_size) for p in prefixes]
-        max_new = options.max_new_tokens or runtime.max_length - len(prefixes[0])
+        max_new = [options.max_new_tokens or runtime.max_length - len(p) for p in prefixes]
         temperature, *higher = options.temperatures
         noise = sampling_noise(options.sampling, options.seed, runtime.vocab_size)
         # The prefix is read by the loop's first pass, with the first draft (`held=0`), not by a
         # pass of its own: one decoder pass fewer per window.
-        no_speech = []  # P(<|nospeech|>) after <|sot|>, read from that first pass
+        no_speech = [0.0] * len(prefixes)  # P(<|nospeech|>) after <|sot|>, read from that first pass
 
-        def read_no_speech(logits: torch.Tensor) -> None:
-            sot = prefixes[0].index(special.sot)
-            no_speech.extend(torch.softmax(logits[:, sot].float(), dim=-1)[:, special.no_speech].tolist())
+        def read_no_speech(row: int, logits: torch.Tensor) -> None:
+            sot = prefixes[row].index(special.sot)
+            no_speech[row] = float(torch.softmax(logits[sot].float(), dim=-1)[special.no_speech])
 
         runtime.decoder.rollback(0)
         runaway = RunawayStop(runtime.decode_text, options.compression_ratio_threshold)

@@ -42,6 +42,13 @@ def attention_mask(positions: torch.Tensor) -> torch.Tensor | None:
     return (keys[None, None, :] <= positions[:, :, None])[:, None]  # [b, 1, n, keys]
 
 
+def is_exact_gelu(activation: nn.Module) -> bool:
+    """transformers' GELUActivation (its name for the exact, erf GELU) or torch's own."""
+    if isinstance(activation, nn.GELU):
+        return activation.approximate == "none"
+    return type(activation).__name__ == "GELUActivation"
+
+
 class DecoderLayer(nn.Module):
     """A transformers `WhisperDecoderLayer`'s weights (shared, not copied) run over our cache:
     `hidden` [batch, n, d] at `positions` [batch, n]; `mask` [batch, 1, n, keys] or None when every
@@ -49,7 +56,7 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float):
         super().__init__()
-        if type(layer.activation_fn).__name__ != "GELUActivation":  # transformers' name for exact GELU
+        if not is_exact_gelu(layer.activation_fn):
             raise ValueError(f"a Whisper decoder layer uses GELU, not {layer.activation_fn}")
         attn, cross = layer.self_attn, layer.encoder_attn
         self.self_norm, self.q, self.k, self.v, self.out = (layer.self_attn_layer_norm, attn.q_proj, attn.k_proj,

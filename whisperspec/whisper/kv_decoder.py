@@ -26,6 +26,12 @@ from whisperspec.kernels.packed_linear import PackedLinear, packed_copy
 from whisperspec.whisper.decoder_pass import DecoderLayer, attention_mask, script_single_row_pass, split_heads
 
 
+# Compiling a pass (scripting it, then TorchScript's two profiling runs) costs as much as a few
+# hundred eager passes, which a short file never wins back: a decoder runs its first passes eager
+# and compiles after this many (the same numbers either way; docs/BENCHMARKS.md has the costs).
+COMPILE_AFTER_PASSES = 400
+
+
 class KVDecoder:
     def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None, cross_pool: int = 1):
         self.embed_tokens = decoder.embed_tokens.weight
@@ -45,8 +51,11 @@ class KVDecoder:
         self.batch_size = 0
         self.encoder_hidden = None
         self.self_kv, self.exit_hidden = [], None  # allocated by `start`, reused while the shape fits
-        # head -> this decoder's pass over one row, compiled with that head (None: not compilable)
+        # head -> this decoder's pass over one row, compiled with that head (None: not compilable),
+        # once `compile_after` passes with that head have run eager
         self.single_row_passes: dict[nn.Module, torch.jit.ScriptModule | None] = {}
+        self.eager_passes: dict[nn.Module, int] = {}
+        self.compile_after = COMPILE_AFTER_PASSES
 
     @classmethod
     def from_model(cls, model: nn.Module, int8_cross: bool = False, **kwargs) -> "KVDecoder":
@@ -164,7 +173,10 @@ class KVDecoder:
         return head(self.final_norm(hidden))
 
     def _single_row_pass(self, head: nn.Module):
-        if head not in self.single_row_passes:  # scripted on first use: ~0.1 s for base, ~0.3 s for an int8 draft
+        if head not in self.single_row_passes:
+            passes = self.eager_passes[head] = self.eager_passes.get(head, 0) + 1
+            if passes <= self.compile_after:
+                return None
             self.single_row_passes[head] = script_single_row_pass(self, head)
         return self.single_row_passes[head]
 

@@ -8,15 +8,13 @@ so far.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 import torch
-from tqdm import tqdm
 
 from whisperspec.result import Segment
 from whisperspec.speculative.stats import SpeculationStats
-from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult
+from whisperspec.whisper.decode import DecodeOptions, WindowResult
 
 N_FRAMES = 3000  # mel frames per 30-s window
 FRAMES_PER_SECOND = 100
@@ -31,50 +29,61 @@ class LongformResult:
     stats: SpeculationStats
 
 
-def transcribe_longform(decoder: WindowDecoder, mel: torch.Tensor, content_frames: int, options: DecodeOptions,
-                        initial_prompt: list[int] = (), condition_on_previous_text: bool = True,
-                        progress: bool = False, encoder_seconds: list | None = None) -> LongformResult:
-    """`mel` [n_mels, content_frames + N_FRAMES] is the whole file's log-mel, padded by one window."""
-    runtime, special = decoder.runtime, decoder.runtime.special
-    options = replace(options, timestamps=True)
-    seek, segments, windows, stats = 0, [], [], SpeculationStats()
-    context = list(initial_prompt)
-    bar = tqdm(total=content_frames, unit="frames", disable=not progress, desc="transcribing")
-    while seek < content_frames:
-        window_frames = min(N_FRAMES, content_frames - seek)
-        offset = seek / FRAMES_PER_SECOND
-        window = _encode(runtime, mel[:, seek:seek + N_FRAMES], encoder_seconds)
-        result = decoder.decode(window, options, prompt=context)
-        options = replace(options, language=result.language)  # detected once, on the first window
-        windows.append(result)
-        stats.merge(result.stats)
-        if result.is_silence(options):
-            seek += window_frames
-            bar.update(window_frames)
-            continue
+class LongformWalk:
+    """One file's windows, one after another: `window_mel`, `prompt` and `options` say what to
+    decode next, `advance` takes its result. The caller decodes each window, alone or in a batch
+    with other files' windows (`whisperspec.corpus`): a file's next window depends on this one's
+    timestamps and text, so its windows are decoded in order.
+
+    `mel` [n_mels, content_frames + N_FRAMES] is the whole file's log-mel, padded by one window.
+    """
+
+    def __init__(self, runtime, mel: torch.Tensor, content_frames: int, options: DecodeOptions,
+                 initial_prompt: list[int] = (), condition_on_previous_text: bool = True):
+        self.runtime, self.mel, self.content_frames = runtime, mel, content_frames
+        self.options = replace(options, timestamps=True)
+        self.initial_prompt, self.condition_on_previous_text = list(initial_prompt), condition_on_previous_text
+        self.seek, self.segments, self.windows, self.stats = 0, [], [], SpeculationStats()
+        self.prompt = list(initial_prompt)  # the text so far: the next window's previous-text prompt
+
+    @property
+    def done(self) -> bool:
+        return self.seek >= self.content_frames
+
+    def window_mel(self) -> torch.Tensor:
+        return self.mel[:, self.seek:self.seek + N_FRAMES]
+
+    def advance(self, result: WindowResult) -> float:
+        """Take the decoded window; returns the seconds of the file's audio it moved past."""
+        before = self.seek
+        self._advance(result)
+        return (min(self.seek, self.content_frames) - before) / FRAMES_PER_SECOND
+
+    def _advance(self, result: WindowResult) -> None:
+        runtime, special = self.runtime, self.runtime.special
+        window_frames = min(N_FRAMES, self.content_frames - self.seek)
+        offset = self.seek / FRAMES_PER_SECOND
+        self.options = replace(self.options, language=result.language)  # detected once, on the first window
+        self.windows.append(result)
+        self.stats.merge(result.stats)
+        if result.is_silence(self.options):
+            self.seek += window_frames
+            return
         new_segments, advance, consumed = _split_segments(result.tokens, result.from_draft, special, offset,
                                                           window_frames)
         for segment in new_segments:
             segment.text = runtime.decode_text(segment.tokens)
-        segments += [s for s in new_segments if s.text.strip()]
-        if condition_on_previous_text and result.temperature <= 0.5:
+        self.segments += [s for s in new_segments if s.text.strip()]
+        if self.condition_on_previous_text and result.temperature <= 0.5:
             # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: without
             # them the model repeats the previous text (docs/BENCHMARKS.md)
-            context += consumed
+            self.prompt += consumed
         else:
-            context = list(initial_prompt)  # a sampled window is a poor prompt for the next one
-        seek += advance
-        bar.update(advance)
-    bar.close()
-    return LongformResult(segments, options.language, windows, stats)
+            self.prompt = list(self.initial_prompt)  # a sampled window is a poor prompt for the next one
+        self.seek += advance
 
-
-def _encode(runtime, window_mel: torch.Tensor, encoder_seconds: list | None):
-    start = time.perf_counter()
-    window = runtime.encode(window_mel[None])
-    if encoder_seconds is not None:
-        encoder_seconds.append(time.perf_counter() - start)
-    return window
+    def result(self) -> LongformResult:
+        return LongformResult(self.segments, self.options.language, self.windows, self.stats)
 
 
 def _split_segments(tokens: list[int], from_draft: list[bool], special, offset: float,

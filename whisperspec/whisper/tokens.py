@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 TIME_PRECISION = 0.02  # seconds per timestamp token step
 
@@ -64,6 +65,20 @@ class WhisperTokens:
         if not timestamps:
             tokens.append(self.no_timestamps)
         return tokens
+
+    def language_of(self, tokens: list[int]) -> str | None:
+        """The language a window's forced prefix names (None before it is chosen); "en" for an
+        English-only model."""
+        if not self.is_multilingual:
+            return "en"
+        if self.sot not in tokens:
+            return None
+        after = tokens.index(self.sot) + 1
+        return self.id_to_lang.get(tokens[after]) if after < len(tokens) else None
+
+    @cached_property
+    def id_to_lang(self) -> dict[int, str]:
+        return {i: code for code, i in self.lang_to_id.items()}
 
     def is_timestamp(self, token: int) -> bool:
         return token >= self.timestamp_begin

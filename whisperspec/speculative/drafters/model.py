@@ -60,11 +60,11 @@ class ModelDrafter(Drafter):
         self.view = view
 
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
-        feed = self._sync(rows)
+        feed, ends = self._sync(rows)
         drafted, probs = [[] for _ in rows], [[] for _ in rows]
         drafting = [True] * len(rows)
         for step in range(k):
-            logits = self._full_vocab(self.model.forward(torch.tensor(feed))[:, -1])
+            logits = self._full_vocab(self._forward_last(feed, ends if step == 0 else None))
             for b, context in enumerate(contexts):
                 sequence = rows[b] + drafted[b]
                 token, q, confidence = _pick(context.logit_filter(sequence, logits[b]), context, len(sequence))
@@ -94,17 +94,30 @@ class ModelDrafter(Drafter):
     def start_window(self, window) -> None:
         self.model.start_window(window)
 
-    def _sync(self, rows: list[list[int]]) -> list[list[int]]:
+    def _sync(self, rows: list[list[int]]) -> tuple[list[list[int]], list[int]]:
         """Roll each row's cache back to its longest prefix of the row (last token excluded) and
-        return the tokens to feed. Rows are aligned to one width by re-feeding tokens the cache
-        already held (recomputing them gives the same keys and values)."""
+        return the tokens to feed, and each row's cache length once they are fed. Rows are aligned
+        to one width by re-feeding tokens the cache already held (recomputing them gives the same
+        keys and values); a row too short for that (rows of different lengths, at the start of a
+        window) is fed as it is and padded (`_forward_last`)."""
         if self.view:
             rows = [self.view(row) for row in rows]
         common = [_common_prefix(self.model.held_tokens(b), row[:-1]) for b, row in enumerate(rows)]
         width = max(len(row) - c for row, c in zip(rows, common))
-        starts = [len(row) - width for row in rows]
+        starts = [max(len(row) - width, 0) for row in rows]
         self.model.rollback(starts)
-        return [row[start:] for row, start in zip(rows, starts)]
+        return [row[start:] for row, start in zip(rows, starts)], [len(row) for row in rows]
+
+    def _forward_last(self, feed: list[list[int]], ends: list[int] | None) -> torch.Tensor:
+        """The draft's logits after each row's last fed token. Shorter rows are padded at the end
+        with their last token; the padding's cache entries are rolled back to `ends` at once,
+        unread (a row's keys sit at its own positions, and a query never sees later ones)."""
+        width = max(len(f) for f in feed)
+        if all(len(f) == width for f in feed):
+            return self.model.forward(torch.tensor(feed))[:, -1]
+        logits = self.model.forward(torch.tensor([f + f[-1:] * (width - len(f)) for f in feed]))
+        self.model.rollback(ends)
+        return logits[torch.arange(len(feed)), torch.tensor([len(f) - 1 for f in feed])]
 
     def _full_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         ids = self.model.vocab_ids

@@ -1,7 +1,7 @@
 """Whisper's drafters, one module per kind, and the `--draft` factory.
 
     none              plain greedy decoding (no drafter)
-    auto              the shipped trained draft where one exists for the model, else int8
+    auto              the fastest of trained, int8 and ngram, chosen as decoding goes, or none (`auto`)
     trained           the draft `whisperspec distill` trained for this model, shipped in
                       whisperspec/assets (`trained`)
     int8[:V]          the main decoder with int8 weights, its head scoring V tokens (`int8_self`)
@@ -27,7 +27,7 @@ from whisperspec.speculative.protocols import Drafter
 
 DRAFTERS = (
     DrafterKind("none", help="plain greedy decoding"),
-    DrafterKind("auto", help="the shipped trained draft for this model, else int8"),
+    DrafterKind("auto", help="the fastest of trained, int8 and ngram as decoding goes, or none"),
     DrafterKind("trained", help="the draft trained for this model, shipped with whisperspec"),
     DrafterKind("int8", "V", help="the main decoder in int8, its head scoring V tokens"),
     DrafterKind("early-exit", "E", help="the main decoder's first E layers"),
@@ -62,8 +62,10 @@ def make_drafter(spec: str | DraftSpec | None, runtime, online_learning: bool = 
 
     if kind == "int8":
         return int8_self_drafter(runtime, argument or defaults.INT8_DRAFT_HEAD)
-    if kind == "auto":  # docs/BENCHMARKS.md: a trained draft beats int8, which beats the others
-        return shipped_drafter(runtime, online_learning) or int8_self_drafter(runtime)
+    if kind == "auto":
+        from whisperspec.whisper.drafters.auto import auto_drafter
+
+        return auto_drafter(runtime)
     if kind == "trained":
         drafter = shipped_drafter(runtime, online_learning)
         if drafter is None:

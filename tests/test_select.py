@@ -1,0 +1,105 @@
+"""`auto`'s choice among drafters (`SelectingDrafter`), on simulated rounds with known costs: the
+fastest candidate drafts, a plain step wins when none pays, a loser is probed rarely, and the
+choice follows the text. (That any choice keeps the output is tested with the other drafters.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
+from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal, Verdict
+
+PLAIN_STEP = 0.010  # seconds of a one-token pass; a verify pass costs 12% more per drafted token
+
+
+class Constant(Drafter):
+    def propose(self, tokens, k, context):
+        return Proposal([7] * k)
+
+
+def candidate(name: str, **priors) -> Candidate:
+    return Candidate(name, Constant, **priors)
+
+
+def simulate(selector: SelectingDrafter, rounds: int, world: dict[str, tuple[float, float]], k: int = 3) -> list:
+    """world: candidate -> (share of drafted tokens accepted, seconds per drafted token)."""
+    chosen = []
+    for _ in range(rounds):
+        proposal = selector.propose_batch([[1, 2, 3]], k, [DraftContext()])[0]
+        name = selector.chosen
+        share, step = world.get(name, (0.0, 0.0))
+        drafted = len(proposal.tokens)
+        verdict = Verdict(proposed=drafted, accepted=int(round(drafted * share)), next_token=0)
+        selector.learn([1, 2, 3], verdict, None, step * drafted, PLAIN_STEP * (1 + 0.12 * drafted))
+        chosen.append(name)
+    return chosen
+
+
+def test_the_fastest_candidate_drafts_and_the_choice_follows_the_text():
+    selector = SelectingDrafter([candidate("cheap", acceptance=0.8, step_cost=0.08),
+                                 candidate("dear", acceptance=0.75, step_cost=0.35)])
+    world = {"cheap": (1.0, 0.0008), "dear": (0.67, 0.0035)}
+    chosen = simulate(selector, 80, world)[-60:]
+    assert chosen.count("cheap") >= 54 and chosen.count(None) == 0
+    # the cheap draft stops being right (another language, say): the dear one takes over, then
+    # the cheap one is probed less and less often
+    world["cheap"] = (0.0, 0.0008)
+    chosen = simulate(selector, 120, world)
+    assert chosen[10:].count("dear") >= 95
+    assert chosen[40:].count("cheap") <= 4
+
+
+def test_nothing_drafts_when_no_candidate_pays_and_a_probe_notices_when_one_does():
+    selector = SelectingDrafter([candidate("wrong", acceptance=0.8, step_cost=0.1)])
+    chosen = simulate(selector, 200, {"wrong": (0.0, 0.001)})
+    assert chosen[20:].count(None) >= 170  # probes only: at most every 12th, then rarer
+    assert 2 <= chosen[20:].count("wrong") <= 12
+    chosen = simulate(selector, 200, {"wrong": (1.0, 0.001)})
+    assert chosen[-50:].count("wrong") == 50
+
+
+def test_candidates_are_built_when_first_chosen_and_only_where_they_apply():
+    def never():
+        pytest.fail("built a candidate that was never chosen")
+
+    selector = SelectingDrafter([
+        candidate("good", acceptance=0.9, step_cost=0.05),
+        Candidate("poor", never, acceptance=0.3, step_cost=0.4),
+        Candidate("elsewhere", never, acceptance=0.99, step_cost=0.01, applies=lambda tokens: tokens[0] == 99),
+    ])
+    chosen = simulate(selector, 50, {"good": (1.0, 0.0005)})
+    assert set(chosen) == {"good"} and list(selector.built) == ["good"]
+    assert selector.usage() == {"good": 1.0}
+
+
+def test_a_late_candidate_gets_the_window_and_the_reorders_it_missed():
+    events = []
+
+    class Recording(Constant):
+        def start_window(self, window):
+            events.append(("window", window))
+
+        def reorder(self, rows):
+            events.append(("reorder", rows))
+
+    selector = SelectingDrafter([Candidate("late", Recording, acceptance=0.9, step_cost=0.05)])
+    selector.start_window("w")
+    selector.reorder("first")
+    selector.propose_batch([[1]], 2, [DraftContext()])
+    selector.reorder("second")
+    assert events == [("window", "w"), ("reorder", "first"), ("reorder", "second")]
+
+
+def test_a_candidate_dear_to_build_is_built_once_the_steps_it_would_have_saved_pay_for_it():
+    built = []
+
+    def make():
+        built.append(True)
+        return Constant()
+
+    # expected to make rounds ~1.8x faster: 0.46 plain steps saved per round, 30 steps to build it
+    selector = SelectingDrafter([Candidate("dear", make, acceptance=0.8, step_cost=0.08, build_cost=30)])
+    world = {"dear": (1.0, 0.0008)}
+    assert simulate(selector, 20, world) == [None] * 20 and not built  # a short file: never built
+    chosen = simulate(selector, 100, world)
+    assert built and chosen[:40] == [None] * 40 and chosen[-40:] == ["dear"] * 40

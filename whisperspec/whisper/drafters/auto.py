@@ -1,0 +1,42 @@
+"""`auto`: every drafter Whisper has for a model, the fastest chosen as decoding goes.
+
+The candidates are the distilled draft shipped for the model (only on windows in a language it was
+trained for), the model's own decoder in int8, and prompt lookup over the window's own tokens
+(previous text included); `SelectingDrafter` measures what each emits per second and drafts with
+the best, or with none when a plain step is faster. The priors only decide the first rounds:
+the trained draft's agreement from its file, an int8 self-draft right on most tokens at about a
+third of a plain step per drafted token, prompt lookup free but seldom right.
+"""
+
+from __future__ import annotations
+
+from whisperspec import defaults
+from whisperspec.distill.draft_file import draft_languages, shipped_draft
+from whisperspec.speculative.drafters.ngram import NgramDrafter
+from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
+
+# Priors (docs/BENCHMARKS.md has the measurements): per-token acceptance, the cost of drafting one
+# token as a share of a plain step of the main model, and of building the drafter in plain steps.
+TRAINED_STEP_COST, TRAINED_BUILD_COST = 0.08, 15
+INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 25
+NGRAM_ACCEPTANCE = 0.2
+
+
+def auto_drafter(runtime) -> SelectingDrafter:
+    from whisperspec.whisper.drafters.int8_self import int8_self_drafter
+    from whisperspec.whisper.drafters.trained import trained_drafter
+
+    candidates = []
+    path = shipped_draft(runtime.model)
+    if path is not None:
+        languages = draft_languages(path)
+        prior = [a for a in languages.values() if a] or [0.7]
+        candidates.append(Candidate(
+            "trained", lambda: trained_drafter(path, runtime), acceptance=sum(prior) / len(prior),
+            step_cost=TRAINED_STEP_COST, build_cost=TRAINED_BUILD_COST, applies=lambda tokens: runtime.special.language_of(tokens) in languages))
+    candidates += [
+        Candidate("int8", lambda: int8_self_drafter(runtime), acceptance=INT8_ACCEPTANCE, step_cost=INT8_STEP_COST,
+                  build_cost=INT8_BUILD_COST),
+        Candidate("ngram", lambda: NgramDrafter(defaults.NGRAM_MAX), acceptance=NGRAM_ACCEPTANCE, step_cost=0.0),
+    ]
+    return SelectingDrafter(candidates)
