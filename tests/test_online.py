@@ -92,6 +92,33 @@ def test_rows_decoded_together_each_leave_their_own_window():
         assert sum(len(s) for s in record.top_scores) == record.emitted
 
 
+@pytest.mark.parametrize("covered", [True, False])
+def test_under_auto_the_draft_learns_from_every_round_whoever_drafts(covered):
+    """`auto`'s trained candidate watches once built: it learns from the rounds n-gram lookup and
+    plain steps decode too, and nothing from windows in a language it does not cover."""
+    from whisperspec.speculative.drafters.ngram import NgramDrafter
+    from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
+
+    runtime = tiny_runtime(5)
+    learner = online_drafter(runtime, OnlineSchedule(warmup_windows=10 ** 6))
+    selector = SelectingDrafter([
+        Candidate("trained", lambda: learner, acceptance=0.9, step_cost=0.0, watches=True,
+                  applies=lambda tokens: covered),
+        Candidate("ngram", lambda: NgramDrafter(3), acceptance=0.95, step_cost=0.0)], probe_every=2)
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
+    windows = [runtime.encode(random_mel(seed)) for seed in range(3)]
+    for window in windows:
+        reference = WindowDecoder(runtime).decode(window, options).tokens
+        assert WindowDecoder(runtime, selector, make_lookahead("2")).decode(window, options).tokens == reference
+    selector.start_window(runtime.encode(random_mel(9)))  # closes the last window
+    if covered:  # built in the first window; from the next on, every token is learnt, whoever drafted it
+        assert "trained" in selector.built and learner.windows_seen == len(windows)
+        assert [r.emitted for r in learner.memory][1:] == [40, 40]
+        assert 0 < selector.chosen_rounds["trained"] < sum(selector.chosen_rounds.values()) - 20
+    else:
+        assert "trained" not in selector.built and learner.windows_seen == 0
+
+
 def test_long_form_with_online_learning_matches_plain(tmp_path):
     """Windows seeking by timestamps, prompts from the previous window, and a draft file trained
     for the model that keeps learning from window to window and from file to file."""

@@ -65,7 +65,7 @@ def make_drafter(spec: str | DraftSpec | None, runtime, online_learning: bool = 
     if kind == "auto":
         from whisperspec.whisper.drafters.auto import auto_drafter
 
-        return auto_drafter(runtime)
+        return auto_drafter(runtime, online_learning)
     if kind == "trained":
         drafter = shipped_drafter(runtime, online_learning)
         if drafter is None:

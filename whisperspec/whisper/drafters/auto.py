@@ -22,7 +22,9 @@ INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 25
 NGRAM_ACCEPTANCE = 0.2
 
 
-def auto_drafter(runtime) -> SelectingDrafter:
+def auto_drafter(runtime, online_learning: bool = False) -> SelectingDrafter:
+    """`online_learning`: the trained draft keeps learning from every round once built, whichever
+    candidate drafts (`whisperspec.whisper.drafters.online`)."""
     from whisperspec.whisper.drafters.int8_self import int8_self_drafter
     from whisperspec.whisper.drafters.trained import trained_drafter
 
@@ -32,8 +34,9 @@ def auto_drafter(runtime) -> SelectingDrafter:
         languages = draft_languages(path)
         prior = [a for a in languages.values() if a] or [0.7]
         candidates.append(Candidate(
-            "trained", lambda: trained_drafter(path, runtime), acceptance=sum(prior) / len(prior),
-            step_cost=TRAINED_STEP_COST, build_cost=TRAINED_BUILD_COST, applies=lambda tokens: runtime.special.language_of(tokens) in languages))
+            "trained", lambda: trained_drafter(path, runtime, online_learning), acceptance=sum(prior) / len(prior),
+            step_cost=TRAINED_STEP_COST, build_cost=TRAINED_BUILD_COST, watches=online_learning,
+            applies=lambda tokens: runtime.special.language_of(tokens) in languages))
     candidates += [
         Candidate("int8", lambda: int8_self_drafter(runtime), acceptance=INT8_ACCEPTANCE, step_cost=INT8_STEP_COST,
                   build_cost=INT8_BUILD_COST),

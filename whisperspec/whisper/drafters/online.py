@@ -142,10 +142,13 @@ class OnlineDrafter(Drafter):
               draft_seconds: float = 0.0, verify_seconds: float | None = None) -> None:
         """Keep the main model's top scores at the positions this round emitted (the ones after
         rejected draft tokens were conditioned on tokens that are not in the sequence)."""
-        if not self.open or logits is None:
+        if not self.open:
             return
         record = self.open[self.cursor]
         self.cursor = (self.cursor + 1) % len(self.open)
+        if logits is None:  # nothing to learn from this row (auto: a language the draft does not cover)
+            record.broken = True
+            return
         n = verdict.accepted + 1
         seen = self.view(tokens[:-n])
         if record.broken:
