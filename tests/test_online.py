@@ -171,6 +171,29 @@ def test_a_window_decoded_again_is_not_learnt_from():
     assert drafter.windows_seen == 1  # the plain window before the last; neither try of the first
 
 
+def test_going_back_to_a_saved_state_repeats_the_same_learning():
+    """What `evaluate --repeats` relies on: each timed repeat meets the draft the first one met."""
+    runtime = tiny_runtime(6)
+    drafter = online_drafter(runtime)
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
+    windows = [runtime.encode(random_mel(seed)) for seed in range(4)]
+
+    def decode(window):
+        return WindowDecoder(runtime, drafter, make_lookahead("3")).decode(window, options).stats.accepted
+
+    for window in windows[:2]:
+        decode(window)
+    saved = drafter.state()
+    first = [decode(w) for w in windows[2:]]
+    adapters = [p.detach().clone() for p in drafter.trainer.trainable()]
+    assert drafter.updates == 3 and decode(windows[2]) != first[0]  # it has learnt from them
+    drafter.restore(saved)
+    assert [decode(w) for w in windows[2:]] == first
+    assert all(torch.equal(p, q) for p, q in zip(drafter.trainer.trainable(), adapters))
+    drafter.restore(drafter.initial)
+    assert all(not p.any() for name, p in drafter.trainer.decoder.named_parameters() if name.endswith(".b"))
+
+
 def test_online_learning_is_checked_before_the_model_loads(monkeypatch):
     from whisperspec.transcribe import Transcriber
 

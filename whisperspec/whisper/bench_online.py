@@ -19,6 +19,7 @@ from pathlib import Path
 
 from whisperspec import defaults
 from whisperspec.spec import SpecError
+from whisperspec.whisper.drafters.online import learner_in
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             if name == "on":
                 trained.append(train_seconds(systems[name].drafter) - before)
         print(f"{path}: {len(rows['off'][-1][1])} windows", flush=True)
-    learner = online_learner(systems["on"].drafter)
+    learner = learner_in(systems["on"].drafter)
     if learner is None:
         print(f"whisperspec bench-online: --draft {args.draft} had no trained draft to learn for model "
               f"{args.model} on this audio", file=sys.stderr)
@@ -74,16 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def online_learner(drafter):
-    """The learning drafter in `drafter`: itself, or `auto`'s trained candidate once it is built."""
-    from whisperspec.whisper.drafters.online import OnlineDrafter
-
-    candidates = [drafter, *getattr(drafter, "built", {}).values()]
-    return next((d for d in candidates if isinstance(d, OnlineDrafter)), None)
-
-
 def train_seconds(drafter) -> float:
-    learner = online_learner(drafter)
+    learner = learner_in(drafter)
     return learner.train_seconds if learner else 0.0
 
 

@@ -21,7 +21,7 @@ import copy
 import random
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -113,6 +113,7 @@ class OnlineDrafter(Drafter):
         self.gap, self.next_update = 1.0, schedule.warmup_windows
         self.train_seconds = 0.0
         self.hidden = None  # the encoder output of the window being decoded
+        self.initial = self.state()  # as built: nothing learnt
 
     # ------------------------------------------------------------------ drafting: the int8 copy
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
@@ -246,6 +247,30 @@ class OnlineDrafter(Drafter):
         ce = F.nll_loss(log_q[known], labels[known]) if known.any() else log_q.new_zeros(())
         return kl + self.schedule.ce_weight * ce
 
+    # ------------------------------------------------------------------ going back
+    def state(self) -> dict:
+        """What learning has changed so far, to `restore`: the same audio decoded again (a
+        benchmark's repeats) then meets the draft the first decode met and learns the same again,
+        instead of a draft that has learnt from that very audio."""
+        return {"adapters": [p.detach().clone() for p in self.trainer.trainable()],
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "memory": list(self.memory),
+                "window": self.window, "open": [next(i for i, w in enumerate(self.window) if w is r) for r in self.open],
+                "counters": {name: getattr(self, name) for name in _COUNTERS}, "rng": self.rng.getstate()}
+
+    def restore(self, state: dict) -> None:
+        with torch.inference_mode(False), torch.no_grad():
+            for param, saved in zip(self.trainer.trainable(), state["adapters"]):
+                param.copy_(saved)  # in place: the int8 draft shares them
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        self.memory = deque(state["memory"], maxlen=self.schedule.memory)
+        # an unfinished window's records are copied: the saved ones stay as they were for the next restore
+        self.window = [replace(r, tokens=list(r.tokens), top_scores=list(r.top_scores),
+                               top_columns=list(r.top_columns)) for r in state["window"]]
+        self.open = [self.window[i] for i in state["open"]]
+        for name, value in state["counters"].items():
+            setattr(self, name, value)
+        self.rng.setstate(state["rng"])
+
     def agreement(self, records: list[WindowRecord]) -> float:
         """Share of emitted tokens the draft's float weights predict, teacher-forced (argmax)."""
         agree = total = 0
@@ -257,6 +282,14 @@ class OnlineDrafter(Drafter):
                 agree += int((predicted == torch.tensor(r.tokens[r.first:])).sum())
                 total += r.emitted
         return agree / max(total, 1)
+
+
+_COUNTERS = ("cursor", "fresh", "windows_seen", "updates", "gap", "next_update", "train_seconds", "hidden")
+
+
+def learner_in(drafter) -> OnlineDrafter | None:
+    """The learning drafter in `drafter`: itself, or `auto`'s trained candidate once it is built."""
+    return next((d for d in [drafter, *getattr(drafter, "built", {}).values()] if isinstance(d, OnlineDrafter)), None)
 
 
 def _float_copy(decoder: nn.Module) -> nn.Module:
