@@ -15,7 +15,7 @@ from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, forced_pref
 from whisperspec.whisper.drafters.online import OnlineDrafter, OnlineSchedule
 from whisperspec.whisper.drafters.trained import distilled_drafter
 
-EVERY_WINDOW = OnlineSchedule(warmup_windows=1, max_gap=1)  # an update after every window
+EVERY_WINDOW = OnlineSchedule(warmup_windows=1, min_gain=-1.0)  # an update after every window, never resting
 
 
 def online_drafter(runtime, schedule: OnlineSchedule = EVERY_WINDOW, int8: bool = True) -> OnlineDrafter:
@@ -145,17 +145,22 @@ def test_long_form_with_online_learning_matches_plain(tmp_path):
     assert fast.stats["speculation"]["accepted"] > 0
 
 
-def test_updates_come_after_every_window_then_further_apart():
+def test_learning_rests_where_it_does_not_pay():
     runtime = tiny_runtime(3)
-    drafter = online_drafter(runtime, OnlineSchedule(warmup_windows=2, gap_growth=1.5, max_gap=4))
+    # no draft can be right on every token more than before: every check fails
+    drafter = online_drafter(runtime, OnlineSchedule(warmup_windows=1, min_gain=1.0, checks=2, rest_windows=3))
     options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=20)
-    updated_after = []  # windows seen when each update came
-    for seed in range(16):
+    updated_after, shipped = [], []  # windows seen when each update came; whether the shipped draft drafted
+    for seed in range(13):
         updates = drafter.updates
         WindowDecoder(runtime, drafter, make_lookahead("3")).decode(runtime.encode(random_mel(seed)), options)
         if drafter.updates > updates:
             updated_after.append(drafter.windows_seen)  # it trained as this window started
-    assert updated_after == [2, 3, 5, 7, 10, 14]  # gaps 1, 2, 2, 3, 4, 4
+        shipped.append(drafter.drafter.model is drafter.shipped)
+    # an update after every window; the second check fails: the adapters go, and learning rests 3 windows
+    assert updated_after == [1, 2, 6, 7, 11, 12]
+    assert shipped == [True, False, False, True, True, True, False, False, True, True, True, False, False]
+    assert any(a.b.any() for a in drafter.adapters.values())  # learning again since window 11
 
 
 def test_a_window_decoded_again_is_not_learnt_from():

@@ -42,12 +42,15 @@ class OnlineSchedule:
     measurements behind them)."""
 
     warmup_windows: int = defaults.ONLINE_WARMUP_WINDOWS  # windows seen before the first update
-    # windows between updates: 1 at first, then growing by `gap_growth` up to `max_gap` (learning
-    # pays most early on; later updates follow a slowly changing speaker or domain). Counted in
-    # windows, not seconds, so what the draft learns never depends on the machine's load.
-    gap_growth: float = defaults.ONLINE_GAP_GROWTH
-    max_gap: int = defaults.ONLINE_MAX_GAP
-    steps: int = defaults.ONLINE_STEPS  # optimizer steps per update
+    # Learning goes on only while it pays: before each update, the draft as trained so far and the
+    # draft as shipped both predict the newest window (which neither has trained on); when over the
+    # last `checks` updates the trained one was not right on `min_gain` more of its tokens, the
+    # adapters are dropped and learning rests for `rest_windows` windows. (Counted in windows and
+    # tokens, never seconds, so what the draft learns does not depend on the machine's load.)
+    min_gain: float = defaults.ONLINE_MIN_GAIN
+    checks: int = defaults.ONLINE_CHECKS
+    rest_windows: int = defaults.ONLINE_REST_WINDOWS
+    steps: int = defaults.ONLINE_STEPS  # optimizer steps per update (one update after every window)
     batch: int = defaults.ONLINE_BATCH  # windows per step: the newest, then earlier ones
     rank: int = defaults.ONLINE_RANK  # of the low-rank adapters that train
     targets: tuple[str, ...] = defaults.ONLINE_TARGETS  # the linears of each layer that get one
@@ -80,7 +83,8 @@ class OnlineDrafter(Drafter):
 
     Only low-rank adapters on the draft's linears train (`whisperspec.whisper.drafters.adapters`):
     the int8 draft that drafts shares them, so an update needs no new quantisation. Until its
-    first update the draft drafts without them, at the cost it always had.
+    first update, and while learning rests, the shipped int8 draft drafts, at the cost it always
+    had.
 
     `build(decoder, before)` makes the draft model that drafts from a float decoder of that layout
     (reusing the head of the one `before`);
@@ -95,6 +99,7 @@ class OnlineDrafter(Drafter):
         with torch.inference_mode(False):  # it may be built while decoding: training needs ordinary tensors
             decoder = _float_copy(draft.model.decoder)
             self.drafter = ModelDrafter(build(decoder), runtime.vocab_size, view=view)
+            self.shipped, self.adapted = self.drafter.model, None  # draft models without and with the adapters
             self.adapters = make_adapters(decoder, schedule.targets, schedule.rank)
             attach_adapters(decoder, self.adapters)
             self.vocab_ids = torch.arange(runtime.vocab_size) if vocab_ids is None else vocab_ids
@@ -110,7 +115,8 @@ class OnlineDrafter(Drafter):
         self.fresh = 0  # windows in `memory` since the last update
         self.rng = random.Random(schedule.seed)
         self.windows_seen = self.updates = 0
-        self.gap, self.next_update = 1.0, schedule.warmup_windows
+        self.next_update = schedule.warmup_windows  # windows seen before the next update may come
+        self.gains: list[float] = []  # held-out agreement gains of this learning episode's updates
         self.train_seconds = 0.0
         self.hidden = None  # the encoder output of the window being decoded
         self.initial = self.state()  # as built: nothing learnt
@@ -194,8 +200,9 @@ class OnlineDrafter(Drafter):
 
     # ------------------------------------------------------------------ training
     def _train(self) -> None:
-        """An update: a few optimizer steps on the newest windows and some earlier ones, when the
-        schedule allows one. The drafter reads the adapters it shares as they change."""
+        """An update after each window (once warmed up, unless resting): the held-out check, then
+        a few optimizer steps on the newest windows and some earlier ones. The draft that drafts
+        reads the adapters it shares as they change."""
         schedule = self.schedule
         if not self.fresh or self.windows_seen < self.next_update:
             return
@@ -203,6 +210,12 @@ class OnlineDrafter(Drafter):
         windows = list(self.memory)
         newest, earlier = windows[-self.fresh:][-schedule.batch:], windows[:-self.fresh]
         self.fresh = 0
+        if self.adapted is not None and self.drafter.model is self.adapted:
+            self.gains = (self.gains + [self.gain(newest)])[-schedule.checks:]
+            if len(self.gains) == schedule.checks and sum(self.gains) / len(self.gains) < schedule.min_gain:
+                self._rest()
+                self.train_seconds += time.perf_counter() - started
+                return
         with torch.inference_mode(False), torch.enable_grad():
             for _ in range(schedule.steps):
                 batch = newest + self.rng.sample(earlier, min(len(earlier), schedule.batch - len(newest)))
@@ -211,13 +224,35 @@ class OnlineDrafter(Drafter):
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.trainer.trainable(), 1.0)
                 self.optimizer.step()
-        if not self.updates:  # from now on the draft that drafts carries the adapters
+        if self.adapted is None:  # built once: the int8 draft with the adapters
             with torch.inference_mode():
-                self.drafter.model = self.build(self.trainer.decoder, self.drafter.model)
+                self.adapted = self.build(self.trainer.decoder, self.shipped)
+        self.drafter.model = self.adapted
         self.updates += 1
-        self.next_update = self.windows_seen + round(self.gap)
-        self.gap = min(self.gap * schedule.gap_growth, schedule.max_gap)
+        self.next_update = self.windows_seen + 1
         self.train_seconds += time.perf_counter() - started
+
+    def _rest(self) -> None:
+        """Learning does not pay on this audio: back to the shipped draft, to try again later."""
+        with torch.inference_mode(False), torch.no_grad():
+            for param, initial in zip(self.trainer.trainable(), self.initial["adapters"]):
+                param.copy_(initial)
+        self.optimizer.load_state_dict(copy.deepcopy(self.initial["optimizer"]))
+        self.drafter.model, self.gains = self.shipped, []
+        self.next_update = self.windows_seen + self.schedule.rest_windows
+
+    def gain(self, records: list[WindowRecord]) -> float:
+        """How many more of the tokens of `records` the trained draft predicts than the shipped one
+        (teacher-forced, argmax; a share of the tokens)."""
+        trained = self.agreement(records)
+        with torch.inference_mode(False), torch.no_grad():
+            adapters = [a.b.clone() for a in self.adapters.values()]
+            for adapter in self.adapters.values():
+                adapter.b.zero_()
+            shipped = self.agreement(records)
+            for adapter, b in zip(self.adapters.values(), adapters):
+                adapter.b.copy_(b)
+        return trained - shipped
 
     def loss(self, records: list[WindowRecord]) -> torch.Tensor:
         """The offline recipe's loss on the emitted positions of `records`: KL(main || draft) with
@@ -255,7 +290,8 @@ class OnlineDrafter(Drafter):
         return {"adapters": [p.detach().clone() for p in self.trainer.trainable()],
                 "optimizer": copy.deepcopy(self.optimizer.state_dict()), "memory": list(self.memory),
                 "window": self.window, "open": [next(i for i, w in enumerate(self.window) if w is r) for r in self.open],
-                "counters": {name: getattr(self, name) for name in _COUNTERS}, "rng": self.rng.getstate()}
+                "counters": {name: getattr(self, name) for name in _COUNTERS}, "rng": self.rng.getstate(),
+                "adapting": self.adapted is not None and self.drafter.model is self.adapted}
 
     def restore(self, state: dict) -> None:
         with torch.inference_mode(False), torch.no_grad():
@@ -270,6 +306,7 @@ class OnlineDrafter(Drafter):
         for name, value in state["counters"].items():
             setattr(self, name, value)
         self.rng.setstate(state["rng"])
+        self.drafter.model = self.adapted if state["adapting"] else self.shipped
 
     def agreement(self, records: list[WindowRecord]) -> float:
         """Share of emitted tokens the draft's float weights predict, teacher-forced (argmax)."""
@@ -284,7 +321,7 @@ class OnlineDrafter(Drafter):
         return agree / max(total, 1)
 
 
-_COUNTERS = ("cursor", "fresh", "windows_seen", "updates", "gap", "next_update", "train_seconds", "hidden")
+_COUNTERS = ("cursor", "fresh", "windows_seen", "updates", "next_update", "gains", "train_seconds", "hidden")
 
 
 def learner_in(drafter) -> OnlineDrafter | None:
