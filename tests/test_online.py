@@ -15,7 +15,7 @@ from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, forced_pref
 from whisperspec.whisper.drafters.online import OnlineDrafter, OnlineSchedule
 from whisperspec.whisper.drafters.trained import distilled_drafter
 
-EVERY_WINDOW = OnlineSchedule(warmup_windows=1, min_gain=-1.0)  # an update after every window, never resting
+EVERY_WINDOW = OnlineSchedule(warmup_windows=1, min_gain=-1.0, episode=10 ** 6)  # an update after every window
 
 
 def online_drafter(runtime, schedule: OnlineSchedule = EVERY_WINDOW, int8: bool = True) -> OnlineDrafter:
@@ -148,7 +148,7 @@ def test_long_form_with_online_learning_matches_plain(tmp_path):
 def test_learning_rests_where_it_does_not_pay():
     runtime = tiny_runtime(3)
     # no draft can be right on every token more than before: every check fails
-    drafter = online_drafter(runtime, OnlineSchedule(warmup_windows=1, min_gain=1.0, checks=2, rest_windows=3))
+    drafter = online_drafter(runtime, OnlineSchedule(warmup_windows=1, min_gain=1.0, checks=2, rest_windows=2))
     options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=20)
     updated_after, shipped = [], []  # windows seen when each update came; whether the shipped draft drafted
     for seed in range(13):
@@ -157,10 +157,25 @@ def test_learning_rests_where_it_does_not_pay():
         if drafter.updates > updates:
             updated_after.append(drafter.windows_seen)  # it trained as this window started
         shipped.append(drafter.drafter.model is drafter.shipped)
-    # an update after every window; the second check fails: the adapters go, and learning rests 3 windows
-    assert updated_after == [1, 2, 6, 7, 11, 12]
-    assert shipped == [True, False, False, True, True, True, False, False, True, True, True, False, False]
+    # an update after every window; the second check fails: the adapters go, and learning rests 2
+    # windows, then 4
+    assert updated_after == [1, 2, 5, 6, 11, 12]
+    assert shipped == [True, False, False, True, True, False, False, True, True, True, True, False, False]
     assert any(a.b.any() for a in drafter.adapters.values())  # learning again since window 11
+
+
+def test_after_an_episode_the_draft_keeps_what_it_learnt_without_training():
+    runtime = tiny_runtime(3)
+    drafter = online_drafter(runtime, OnlineSchedule(warmup_windows=1, min_gain=-1.0, episode=3, rest_windows=4))
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=20)
+    updated_after = []
+    for seed in range(12):
+        updates = drafter.updates
+        WindowDecoder(runtime, drafter, make_lookahead("3")).decode(runtime.encode(random_mel(seed)), options)
+        if drafter.updates > updates:
+            updated_after.append(drafter.windows_seen)
+        assert drafter.drafter.model is (drafter.shipped if seed == 0 else drafter.adapted)
+    assert updated_after == [1, 2, 3, 7, 8, 9]
 
 
 def test_a_window_decoded_again_is_not_learnt_from():

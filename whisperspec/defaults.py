@@ -24,10 +24,12 @@ TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`dist
 # Online learning (`--online-learning`, whisperspec.whisper.drafters.online; docs/ONLINE.md)
 ONLINE_LEARNING = "on"
 ONLINE_WARMUP_WINDOWS = 2  # windows seen before the draft's first update (then one after every window)
-ONLINE_STEPS, ONLINE_BATCH = 1, 2  # optimizer steps per update, windows per step
-# learning rests (the shipped draft drafts) for this many windows when over the last checks the
-# trained draft was not right on at least this share more of the newest window's tokens
-ONLINE_MIN_GAIN, ONLINE_CHECKS, ONLINE_REST_WINDOWS = 0.05, 4, 32
+ONLINE_STEPS, ONLINE_BATCH = 2, 2  # optimizer steps per update, windows per step
+# episodes of this many updates, then this many windows without training; an episode ends early
+# (the adapters dropped, the next rest twice as long) when over the last checks the trained draft
+# was not right on at least this share more of the newest window's tokens than the shipped one
+ONLINE_EPISODE, ONLINE_REST_WINDOWS = 16, 32
+ONLINE_MIN_GAIN, ONLINE_CHECKS = 0.05, 4
 ONLINE_RANK, ONLINE_LR = 8, 3e-3  # low-rank adapters on every linear of the draft's layers
 ONLINE_TARGETS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
                   "encoder_attn.q_proj", "encoder_attn.out_proj", "fc1", "fc2")

@@ -42,14 +42,18 @@ class OnlineSchedule:
     measurements behind them)."""
 
     warmup_windows: int = defaults.ONLINE_WARMUP_WINDOWS  # windows seen before the first update
-    # Learning goes on only while it pays: before each update, the draft as trained so far and the
-    # draft as shipped both predict the newest window (which neither has trained on); when over the
-    # last `checks` updates the trained one was not right on `min_gain` more of its tokens, the
-    # adapters are dropped and learning rests for `rest_windows` windows. (Counted in windows and
-    # tokens, never seconds, so what the draft learns does not depend on the machine's load.)
+    # Learning comes in episodes of an update after every window, and goes on only while it pays.
+    # Before each update, the draft as trained so far and the draft as shipped both predict the
+    # newest window (which neither has trained on). When over the last `checks` updates the
+    # trained one was not right on `min_gain` more of its tokens, the adapters are dropped (the
+    # shipped draft drafts again) and learning rests, twice as long as the last time it did. After
+    # `episode` updates the draft keeps what it learnt and learning rests `rest_windows` windows:
+    # the gain stays, the cost of training does not. (Counted in windows and tokens, never
+    # seconds, so what the draft learns does not depend on the machine's load.)
+    episode: int = defaults.ONLINE_EPISODE
+    rest_windows: int = defaults.ONLINE_REST_WINDOWS
     min_gain: float = defaults.ONLINE_MIN_GAIN
     checks: int = defaults.ONLINE_CHECKS
-    rest_windows: int = defaults.ONLINE_REST_WINDOWS
     steps: int = defaults.ONLINE_STEPS  # optimizer steps per update (one update after every window)
     batch: int = defaults.ONLINE_BATCH  # windows per step: the newest, then earlier ones
     rank: int = defaults.ONLINE_RANK  # of the low-rank adapters that train
@@ -116,7 +120,9 @@ class OnlineDrafter(Drafter):
         self.rng = random.Random(schedule.seed)
         self.windows_seen = self.updates = 0
         self.next_update = schedule.warmup_windows  # windows seen before the next update may come
-        self.gains: list[float] = []  # held-out agreement gains of this learning episode's updates
+        self.episode_updates = 0
+        self.gains: list[float] = []  # held-out agreement gains of this episode's updates
+        self.rest = schedule.rest_windows  # after an episode that did not pay: doubles each time
         self.train_seconds = 0.0
         self.hidden = None  # the encoder output of the window being decoded
         self.initial = self.state()  # as built: nothing learnt
@@ -213,7 +219,7 @@ class OnlineDrafter(Drafter):
         if self.adapted is not None and self.drafter.model is self.adapted:
             self.gains = (self.gains + [self.gain(newest)])[-schedule.checks:]
             if len(self.gains) == schedule.checks and sum(self.gains) / len(self.gains) < schedule.min_gain:
-                self._rest()
+                self._drop_adapters()
                 self.train_seconds += time.perf_counter() - started
                 return
         with torch.inference_mode(False), torch.enable_grad():
@@ -229,17 +235,21 @@ class OnlineDrafter(Drafter):
                 self.adapted = self.build(self.trainer.decoder, self.shipped)
         self.drafter.model = self.adapted
         self.updates += 1
+        self.episode_updates += 1
         self.next_update = self.windows_seen + 1
+        if self.episode_updates == schedule.episode:  # keep what it learnt, for a while without training
+            self.next_update, self.episode_updates, self.gains = self.windows_seen + schedule.rest_windows, 0, []
         self.train_seconds += time.perf_counter() - started
 
-    def _rest(self) -> None:
+    def _drop_adapters(self) -> None:
         """Learning does not pay on this audio: back to the shipped draft, to try again later."""
         with torch.inference_mode(False), torch.no_grad():
             for param, initial in zip(self.trainer.trainable(), self.initial["adapters"]):
                 param.copy_(initial)
         self.optimizer.load_state_dict(copy.deepcopy(self.initial["optimizer"]))
-        self.drafter.model, self.gains = self.shipped, []
-        self.next_update = self.windows_seen + self.schedule.rest_windows
+        self.drafter.model, self.gains, self.episode_updates = self.shipped, [], 0
+        self.next_update = self.windows_seen + self.rest
+        self.rest *= 2
 
     def gain(self, records: list[WindowRecord]) -> float:
         """How many more of the tokens of `records` the trained draft predicts than the shipped one
@@ -321,7 +331,8 @@ class OnlineDrafter(Drafter):
         return agree / max(total, 1)
 
 
-_COUNTERS = ("cursor", "fresh", "windows_seen", "updates", "next_update", "gains", "train_seconds", "hidden")
+_COUNTERS = ("cursor", "fresh", "windows_seen", "updates", "episode_updates", "next_update", "gains", "rest",
+             "train_seconds", "hidden")
 
 
 def learner_in(drafter) -> OnlineDrafter | None:
