@@ -133,6 +133,7 @@ def test_integer_arrays_of_any_width_are_scaled_by_their_range(dtype):
     (["--format", ""], "--format ''"),
     (["--format", "txt,docx"], "--format"),
     (["--compute-type", "int4"], "invalid choice"),
+    (["--online-learning", "maybe"], "invalid choice"),
 ])
 def test_bad_options_fail_before_any_model_loads(options, message, monkeypatch, capsys):
     def no_load(*args, **kwargs):

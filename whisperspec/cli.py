@@ -4,6 +4,7 @@
     import-ct2   a faster-whisper (CTranslate2) checkpoint -> transformers
     bench        decoder costs and decode-phase speed of each drafter, side by side
     bench-corpus   corpus throughput, whole processes, vs greedy and faster-whisper
+    bench-online   acceptance by window and decode time with and without online learning
     bench-startup  one short file from the command line, whole processes, vs faster-whisper
     evaluate     WER and latency against transformers and faster-whisper
     bench-vad    what VAD does to speed and WER on long recordings with pauses
@@ -23,7 +24,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from whisperspec import defaults
+from whisperspec import defaults, options
 from whisperspec.cli_parity import add_parity_options, hyphenated, parity_settings
 from whisperspec.spec import SpecError
 
@@ -32,6 +33,7 @@ from whisperspec.spec import SpecError
 DELEGATED = {
     "bench": ("whisperspec.whisper.bench:main", "decoder costs and decode-phase speed per drafter"),
     "bench-corpus": ("whisperspec.corpus.bench:main", "corpus throughput vs greedy and faster-whisper, whole processes"),
+    "bench-online": ("whisperspec.whisper.bench_online:main", "acceptance by window with and without online learning"),
     "bench-startup": ("whisperspec.whisper.startup:main", "one short file, whole processes, vs faster-whisper"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
     "bench-vad": ("whisperspec.evaluation.vad_bench:main", "what --vad does to speed and WER on audio with pauses"),
@@ -101,6 +103,9 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--lookahead", default=None,
                    help=f"the same as DRAFT@LOOKAHEAD: K (default {defaults.LOOKAHEAD}), heuristic[:K], "
                         "confidence[:T] or cost")
+    p.add_argument("--online-learning", choices=options.ONLINE_LEARNING, default=defaults.ONLINE_LEARNING,
+                   help="on: a trained draft keeps learning from the main model while it transcribes, across "
+                        "windows and files (same transcript, faster on long or same-speaker audio)")
     p.add_argument("--temperature", default=None,
                    help="openai-whisper's: the temperature to start from (default 0: greedy), raised by "
                         "--temperature-increment-on-fallback while a window's text fails the fallback thresholds")
@@ -182,7 +187,7 @@ def _run_transcribe(args) -> int:
                    language=args.language, task=args.task, timestamps=args.timestamps,
                    initial_prompt=args.initial_prompt, sampling=args.sampling,
                    word_timestamps=args.word_timestamps, prepend_punctuations=args.prepend_punctuations,
-                   append_punctuations=args.append_punctuations, **settings)
+                   append_punctuations=args.append_punctuations, online_learning=args.online_learning, **settings)
     try:  # every option is checked before the model loads
         engine = corpus_engine(options, args)
     except SpecError as error:

@@ -21,6 +21,21 @@ NGRAM_MAX = 3  # longest n-gram prompt lookup matches
 INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
 TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`distill --vocab`)
 
+# Online learning (`--online-learning`, whisperspec.whisper.drafters.online; docs/ONLINE.md)
+ONLINE_LEARNING = "on"
+ONLINE_WARMUP_WINDOWS = 2  # windows seen before the draft's first update (then one after every window)
+ONLINE_STEPS, ONLINE_BATCH = 2, 2  # optimizer steps per update, windows per step
+# episodes of this many updates, then this many windows without training; an episode ends early
+# (the adapters dropped, the next rest twice as long) when over the last checks the trained draft
+# was not right on at least this share more of the newest window's tokens than the shipped one
+ONLINE_EPISODE, ONLINE_REST_WINDOWS = 16, 32
+ONLINE_MIN_GAIN, ONLINE_CHECKS = 0.05, 4
+ONLINE_RANK, ONLINE_LR = 8, 3e-3  # low-rank adapters on every linear of the draft's layers
+ONLINE_TARGETS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+                  "encoder_attn.q_proj", "encoder_attn.out_proj", "fc1", "fc2")
+ONLINE_TOP_K = 32  # main-model scores kept per emitted position
+ONLINE_MEMORY = 16  # windows kept to train on (~1.5 MB each for base's draft)
+
 # Corpus mode (`whisperspec transcribe` over many files): windows of this many files decoded together
 # (measured against 1, 4 and 16 on 2 cores, greedy and with the trained draft).
 BATCH_SIZE = 8

@@ -10,6 +10,7 @@ from whisperspec.spec import is_model_name
 
 TASKS = ("transcribe", "translate")
 SAMPLING = ("coupled", "residual")  # at temperature > 0 (see `whisperspec.whisper.decode.DecodeOptions`)
+ONLINE_LEARNING = ("off", "on")  # a trained draft keeps learning while it transcribes (`whisper.drafters.online`)
 
 
 def one_of(option: str, value, accepted: tuple) -> str:

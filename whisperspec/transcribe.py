@@ -44,7 +44,9 @@ class Transcriber:
     vad_parameters (a dict of `whisperspec.vad.VadOptions` fields, or one).
     word_timestamps: each segment gets its words with start, end and probability
     (`whisperspec.whisper.alignment`); prepend_punctuations / append_punctuations join the word
-    after / before them.
+    after / before them. online_learning: "on", a trained draft (`auto`, `trained`, a draft
+    file) keeps learning from what the main model verifies, from window to window and file to file,
+    or "off" (docs/ONLINE.md); the transcript is the same either way.
     """
 
     def __init__(self, model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
@@ -58,7 +60,8 @@ class Transcriber:
                  best_of: int = defaults.BEST_OF, vad: bool = False, vad_parameters=None, progress: bool = False,
                  seed: int = 0, sampling: str = "coupled", word_timestamps: bool = False,
                  prepend_punctuations: str = defaults.PREPEND_PUNCTUATIONS,
-                 append_punctuations: str = defaults.APPEND_PUNCTUATIONS):
+                 append_punctuations: str = defaults.APPEND_PUNCTUATIONS,
+                 online_learning: str = defaults.ONLINE_LEARNING):
         from whisperspec.whisper.drafters import make_drafter
 
         started = time.perf_counter()
@@ -68,8 +71,9 @@ class Transcriber:
             timestamps=timestamps, temperature=temperature, seed=seed, sampling=sampling,
             compression_ratio_threshold=compression_ratio_threshold, logprob_threshold=logprob_threshold,
             no_speech_threshold=no_speech_threshold, beam_size=beam_size, patience=patience,
-            length_penalty=length_penalty, best_of=best_of)
+            length_penalty=length_penalty, best_of=best_of, online_learning=online_learning)
         self.speech_detector = SpeechDetector(options.vad_options(vad_parameters)) if vad else None
+        self.online_learning = online_learning == "on"
         try:
             self.bundle = load_whisper(options.check_model(model))
         except OSError as error:
@@ -77,7 +81,7 @@ class Transcriber:
         self.runtime = WhisperRuntime.from_bundle(self.bundle, compute_type)
         if self.options.task == "translate" and not self.runtime.special.is_multilingual:
             raise ValueError(f"task 'translate': model {model!r} is English-only (it cannot translate)")
-        self.drafter = make_drafter(self.draft, self.runtime)
+        self.drafter = make_drafter(self.draft, self.runtime, online_learning=self.online_learning)
         self.condition_on_previous_text = condition_on_previous_text
         self.initial_prompt, self.progress = initial_prompt, progress
         self.word_timestamps, self.punctuations = word_timestamps, (prepend_punctuations, append_punctuations)
@@ -91,7 +95,8 @@ class Transcriber:
                       compression_ratio_threshold=defaults.COMPRESSION_RATIO_THRESHOLD,
                       logprob_threshold=defaults.LOGPROB_THRESHOLD, no_speech_threshold=defaults.NO_SPEECH_THRESHOLD,
                       beam_size=defaults.BEAM_SIZE, patience=None, length_penalty=defaults.LENGTH_PENALTY,
-                      best_of=defaults.BEST_OF, vad: bool = False, vad_parameters=None, **_) -> tuple:
+                      best_of=defaults.BEST_OF, vad: bool = False, vad_parameters=None,
+                      online_learning: str = defaults.ONLINE_LEARNING, **_) -> tuple:
         """The drafter spec and decoding options of these arguments, checked without loading
         anything (SpecError or ValueError naming the option); the other arguments are ignored."""
         from whisperspec.whisper.drafters import parse_draft_spec
@@ -106,6 +111,7 @@ class Transcriber:
             **options.thresholds(compression_ratio_threshold, logprob_threshold, no_speech_threshold),
             **options.search(beam_size, patience, length_penalty, best_of))
         options.one_of("compute type", compute_type, COMPUTE_TYPES)
+        options.one_of("online learning", online_learning, options.ONLINE_LEARNING)
         options.check_model(model)
         if vad:
             options.vad_options(vad_parameters)
@@ -289,5 +295,6 @@ def _decode_stats(windows, stats: SpeculationStats, decode_options: DecodeOption
     tokens = sum(len(w.tokens) for w in windows)
     searched = {"beam_size": decode_options.beam_size} if decode_options.beam_size > 1 else {}
     return {"windows": len(windows), "tokens": tokens, **searched,
-            "temperatures": [w.temperature for w in windows], "speculation": stats.to_dict()}
+            "temperatures": [w.temperature for w in windows], "speculation": stats.to_dict(),
+            "window_acceptance": [round(w.stats.acceptance_rate, 4) for w in windows]}
 

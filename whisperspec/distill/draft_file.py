@@ -95,11 +95,21 @@ def draft_languages(path: Path) -> dict[str, float | None]:
     return {"en": json.loads(meta.get("info", "{}")).get("val_agreement")}
 
 
+def shipped_drafts(main: torch.nn.Module) -> dict[Path, set[str]]:
+    """The draft files in whisperspec/assets trained for this main model, each with the languages it
+    is the best shipped draft for (the highest recorded held-out agreement in that language)."""
+    mark = fingerprint(main)
+    files = [path for path in sorted(asset("").glob("*.safetensors"))
+             if read_metadata(path).get("main_fingerprint") == mark]
+    covered = {path: draft_languages(path) for path in files}
+    best = {language: max((p for p in files if language in covered[p]), key=lambda p: covered[p][language] or 0.0)
+            for language in {language for languages in covered.values() for language in languages}}
+    return {path: {lang for lang, chosen in best.items() if chosen == path} for path in files
+            if path in best.values()}
+
+
 def shipped_draft(main: torch.nn.Module, language: str | None = None) -> Path | None:
-    """The draft file in whisperspec/assets trained for this main model and for `language` (default
-    English) with the highest recorded held-out agreement in it, if one is shipped: the English
-    draft for English, the multilingual one for the other languages it was trained for."""
-    mark, language = fingerprint(main), language or "en"
-    drafts = [path for path in sorted(asset("").glob("*.safetensors"))
-              if read_metadata(path).get("main_fingerprint") == mark and language in draft_languages(path)]
-    return max(drafts, key=lambda path: draft_languages(path)[language] or 0.0, default=None)
+    """The shipped draft for this main model that is best for `language` (default English), if one
+    is: the English draft for English, the multilingual one for the other languages it was trained for."""
+    language = language or "en"
+    return next((path for path, languages in shipped_drafts(main).items() if language in languages), None)

@@ -74,6 +74,10 @@ class DraftTrainer:
 
     def forward(self, tokens: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Draft logits over its vocabulary for every position of `tokens` [b, n] (teacher forcing)."""
+        return self.hidden(tokens, cross) @ self.head.T
+
+    def hidden(self, tokens: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """What the draft's head reads (after the final layer norm) at every position of `tokens`."""
         d = self.decoder
 
         def drop(branch: torch.Tensor) -> torch.Tensor:
@@ -90,7 +94,7 @@ class DraftTrainer:
             out = F.scaled_dot_product_attention(q, k_cross.float(), v_cross.float())
             x = x + drop(layer.encoder_attn.out_proj(merge_heads(out)))
             x = x + drop(layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x)))))
-        return d.layer_norm(x) @ self.head.T
+        return d.layer_norm(x)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return split_heads(x, self.n_heads, self.head_dim)

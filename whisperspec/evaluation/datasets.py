@@ -23,7 +23,7 @@ BUILT_IN = {
     "asterisk-en-pauses": lambda: asterisk.long_form_with_pauses("en"),  # 2-8 s pauses of room noise (VAD)
     "asterisk-en-distill": lambda: asterisk.distill_prompts("en"),
     **{f"asterisk-{lang}": (lambda lang=lang: asterisk.prompts(lang)) for lang in ("it", "ru")},
-    **{f"asterisk-{lang}-long": (lambda lang=lang: asterisk.long_form(lang)) for lang in ("it", "ru")},
+    **{f"asterisk-{lang}-long": (lambda lang=lang: asterisk.long_form(lang)) for lang in ("es", "it", "ru")},
     **{name: (lambda name=name: asterisk.community_prompts(name)) for name in asterisk.COMMUNITY},
     **{f"tuxpaint-{lang}": (lambda lang=lang: tuxpaint.descriptions(lang)) for lang in tuxpaint.LANGUAGES},
     **{f"tuxpaint-{lang}-long": (lambda lang=lang: tuxpaint.long_form(lang)) for lang in tuxpaint.LANGUAGES},

@@ -40,13 +40,27 @@ class WhisperspecSystem:
 
         self.name, self.draft = name, draft
         self.transcriber = Transcriber(model, compute_type=compute_type, draft=draft, **options)
+        self.last = None  # (utterance id, what online learning had before its first decode)
 
     def transcribe(self, utterance: Utterance) -> Output:
+        self._repeat_from_the_same_start(utterance)
         start = time.perf_counter()
         result = self.transcriber.transcribe(utterance.audio, language=utterance.language)
         seconds = time.perf_counter() - start
         stats = {**result.stats.get("speculation", {}), "decoder_ms": result.stats.get("decoder_ms", 0.0)}
         return Output(result.text, seconds, result.stats.get("tokens", 0), stats)
+
+    def _repeat_from_the_same_start(self, utterance: Utterance) -> None:
+        """Each timed repeat of an utterance meets the draft the first one met: a draft that keeps
+        learning (`--online-learning on`) would otherwise be timed on audio it has just learnt."""
+        from whisperspec.whisper.drafters.online import learner_in
+
+        learner = learner_in(self.transcriber.drafter)
+        if self.last is not None and self.last[0] == utterance.id:
+            if learner is not None:  # (`auto` may have built it during the first decode)
+                learner.restore(self.last[1] or learner.initial)
+        else:
+            self.last = (utterance.id, learner.state() if learner else None)
 
 
 class TransformersSystem:

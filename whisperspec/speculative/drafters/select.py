@@ -12,7 +12,9 @@ plain decoding by more than its probes: a candidate not chosen is tried again no
 changed in its favour.
 
 Candidates are built on first use, once the plain steps they would have saved pay for building
-them (a model draft costs its load only where it can repay it), and may decline a sequence (`applies`: a draft trained on some languages only). Output is the verifier's
+them (a model draft costs its load only where it can repay it), and may decline a sequence
+(`applies`: a draft trained on some languages only). A candidate that learns from what the target
+verifies (`watches`) is told of every round once built, whoever drafts. Output is the verifier's
 decision whatever drafts, so switching changes speed only.
 """
 
@@ -43,6 +45,9 @@ class Candidate:
     step_cost: float = 0.1
     build_cost: float = 0.0  # building it (loading, quantising), as a number of plain steps
     applies: Callable[[list[int]], bool] = field(default=lambda tokens: True)
+    # once built, it is told of every round whoever drafts (a drafter that learns from what the
+    # target verifies); on a sequence it does not apply to, without the target's scores
+    watches: bool = False
 
 
 class _Measured:
@@ -146,6 +151,10 @@ class SelectingDrafter(Drafter):
         name = self.chosen
         if name is not None:
             self.built[name].learn(tokens, verdict, logits, draft_seconds, verify_seconds)
+        for watcher in self._watching():
+            if watcher != name:
+                scores = logits if self.candidates[watcher].applies(tokens) else None
+                self.built[watcher].learn(tokens, verdict, scores, draft_seconds, verify_seconds)
         if verify_seconds is None:  # a pass that also read a prompt: not a round's cost
             return
         if name is None:
@@ -185,6 +194,13 @@ class SelectingDrafter(Drafter):
 
     def start_window(self, window) -> None:
         self.window, self.reorders, self.current = window, [], set()
+        for name in self._watching(current=False):
+            self._ready(name)
+
+    def _watching(self, current: bool = True) -> list[str]:
+        """The built candidates that watch every round (and have been told of this window)."""
+        return [name for name, c in self.candidates.items()
+                if c.watches and name in self.built and (name in self.current or not current)]
 
     def reorder(self, rows: torch.Tensor) -> None:
         self.reorders.append(rows)

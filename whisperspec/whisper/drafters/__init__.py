@@ -43,8 +43,10 @@ def parse_draft_spec(text: str | DraftSpec | None, lookahead: str | int | None =
     return parse_draft(text, DRAFTERS, models=EMBEDDED_MODELS, files=True, lookahead=lookahead, default=default)
 
 
-def make_drafter(spec: str | DraftSpec | None, runtime) -> Drafter | None:
-    """The drafter a spec names, for a loaded `WhisperRuntime` (None for `none`)."""
+def make_drafter(spec: str | DraftSpec | None, runtime, online_learning: bool = False) -> Drafter | None:
+    """The drafter a spec names, for a loaded `WhisperRuntime` (None for `none`). `online_learning`:
+    a trained draft keeps learning between windows (`drafters.online`); the others have nothing
+    to learn."""
     spec = parse_draft_spec(spec)
     kind, argument = spec.kind, spec.argument
     if kind == "none":
@@ -63,15 +65,15 @@ def make_drafter(spec: str | DraftSpec | None, runtime) -> Drafter | None:
     if kind == "auto":
         from whisperspec.whisper.drafters.auto import auto_drafter
 
-        return auto_drafter(runtime)
+        return auto_drafter(runtime, online_learning)
     if kind == "trained":
-        drafter = shipped_drafter(runtime)
+        drafter = shipped_drafter(runtime, online_learning)
         if drafter is None:
             raise ValueError("no trained draft ships for this model: train one with `whisperspec distill` "
                              "and pass its .safetensors file as the draft")
         return drafter
     if kind == "file":
-        return trained_drafter(Path(spec.model).expanduser(), runtime)
+        return trained_drafter(Path(spec.model).expanduser(), runtime, online_learning)
     return model_drafter(spec.model, runtime, argument)
 
 

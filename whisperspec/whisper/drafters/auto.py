@@ -1,7 +1,7 @@
 """`auto`: every drafter Whisper has for a model, the fastest chosen as decoding goes.
 
-The candidates are the distilled draft shipped for the model (only on windows in a language it was
-trained for), the model's own decoder in int8, and prompt lookup over the window's own tokens
+The candidates are the distilled drafts shipped for the model (each only on windows in the
+languages it is the best shipped draft for: the English one, the multilingual one), the model's own decoder in int8, and prompt lookup over the window's own tokens
 (previous text included); `SelectingDrafter` measures what each emits per second and drafts with
 the best, or with none when a plain step is faster. The priors only decide the first rounds:
 the trained draft's agreement from its file, an int8 self-draft right on most tokens at about a
@@ -11,7 +11,7 @@ third of a plain step per drafted token, prompt lookup free but seldom right.
 from __future__ import annotations
 
 from whisperspec import defaults
-from whisperspec.distill.draft_file import draft_languages, shipped_draft
+from whisperspec.distill.draft_file import draft_languages, shipped_drafts
 from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
 
@@ -22,18 +22,21 @@ INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 25
 NGRAM_ACCEPTANCE = 0.2
 
 
-def auto_drafter(runtime) -> SelectingDrafter:
+def auto_drafter(runtime, online_learning: bool = False) -> SelectingDrafter:
+    """`online_learning`: the trained draft keeps learning from every round once built, whichever
+    candidate drafts (`whisperspec.whisper.drafters.online`)."""
     from whisperspec.whisper.drafters.int8_self import int8_self_drafter
     from whisperspec.whisper.drafters.trained import trained_drafter
 
     candidates = []
-    path = shipped_draft(runtime.model)
-    if path is not None:
-        languages = draft_languages(path)
-        prior = [a for a in languages.values() if a] or [0.7]
+    for path, languages in shipped_drafts(runtime.model).items():
+        agreement = [a for language, a in draft_languages(path).items() if language in languages and a] or [0.7]
         candidates.append(Candidate(
-            "trained", lambda: trained_drafter(path, runtime), acceptance=sum(prior) / len(prior),
-            step_cost=TRAINED_STEP_COST, build_cost=TRAINED_BUILD_COST, applies=lambda tokens: runtime.special.language_of(tokens) in languages))
+            "trained" if "en" in languages else f"trained:{path.stem}",
+            lambda path=path: trained_drafter(path, runtime, online_learning),
+            acceptance=sum(agreement) / len(agreement), step_cost=TRAINED_STEP_COST,
+            build_cost=TRAINED_BUILD_COST, watches=online_learning,
+            applies=lambda tokens, languages=languages: runtime.special.language_of(tokens) in languages))
     candidates += [
         Candidate("int8", lambda: int8_self_drafter(runtime), acceptance=INT8_ACCEPTANCE, step_cost=INT8_STEP_COST,
                   build_cost=INT8_BUILD_COST),

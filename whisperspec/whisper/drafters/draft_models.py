@@ -20,6 +20,7 @@ from torch import nn
 
 from whisperspec.kernels.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import DraftModel
+from whisperspec.whisper.drafters.adapters import adapter_parameters
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.model import EncodedWindow
@@ -127,8 +128,11 @@ def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
 
 
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
-                 max_length: int, cross_pool: int = 1) -> KVDecoder:
-    """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder.
+                 max_length: int, cross_pool: int = 1, head: nn.Module | None = None) -> KVDecoder:
+    """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder
+    (`head`: such an int8 head made before, reused). Low-rank adapters in `decoder`
+    (`whisperspec.whisper.drafters.adapters`) stay float and shared with it: whoever trains them
+    changes what the copy computes.
 
     Every linear is dynamically quantised (int8 weights, activations quantised per call): a draft
     step costs about half of its float32 one, with the same acceptance (docs/BENCHMARKS.md).
@@ -143,14 +147,17 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     # when they are already float32, so .float() leaves them as they are.
     embeddings = decoder.embed_tokens.weight
     memo = {id(embeddings): embeddings} if embeddings.dtype == torch.float32 else {}
+    memo.update({id(p): p for p in adapter_parameters(decoder)})
     decoder = copy.deepcopy(decoder, memo).float()  # int8 kernels take float32 activations
-    weight = head_weight.detach().float()
-    weight = weight if vocab_ids is None else weight[vocab_ids]
-    head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-    head.weight = nn.Parameter(weight, requires_grad=False)
+    modules = nn.ModuleDict({"decoder": decoder})
+    if head is None:
+        weight = head_weight.detach().float()
+        weight = weight if vocab_ids is None else weight[vocab_ids]
+        modules["head"] = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        modules["head"].weight = nn.Parameter(weight, requires_grad=False)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(deprecated|migrat).*")  # the choice is explained above
         # inplace: `decoder` is already our copy (by default quantize_dynamic deep-copies it again)
-        quantized = quantize_dynamic(nn.ModuleDict({"decoder": decoder, "head": head}), {nn.Linear},
-                                     dtype=torch.qint8, inplace=True)
-    return KVDecoder(quantized["decoder"], quantized["head"], max_length=max_length, cross_pool=cross_pool)
+        quantized = quantize_dynamic(modules, {nn.Linear}, dtype=torch.qint8, inplace=True)
+    return KVDecoder(quantized["decoder"], head if head is not None else quantized["head"], max_length=max_length,
+                     cross_pool=cross_pool)

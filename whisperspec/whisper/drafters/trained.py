@@ -13,37 +13,56 @@ from pathlib import Path
 from torch import nn
 
 from whisperspec.distill.draft_file import load_draft, shipped_draft
+from whisperspec.kernels.packed_linear import PackedLinear, packed_copy
 from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.speculative.protocols import Drafter
 from whisperspec.whisper.drafters.draft_models import (WindowDraftModel, cross_attention_pool, int8_decoder,
                                                        shared_cross_layers)
 from whisperspec.whisper.kv_decoder import KVDecoder
 
 
-def shipped_drafter(runtime) -> ModelDrafter | None:
+def shipped_drafter(runtime, online_learning: bool = False) -> Drafter | None:
     """The draft shipped in whisperspec/assets for this main model, if one is."""
     path = shipped_draft(runtime.model)
-    return trained_drafter(path, runtime) if path else None
+    return trained_drafter(path, runtime, online_learning) if path else None
 
 
-def trained_drafter(path: Path, runtime) -> ModelDrafter:
+def trained_drafter(path: Path, runtime, online_learning: bool = False) -> Drafter:
     draft, vocab_ids = load_draft(path, runtime.model)
-    return distilled_drafter(runtime, draft, vocab_ids)
+    return distilled_drafter(runtime, draft, vocab_ids, online_learning=online_learning)
 
 
-def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True) -> ModelDrafter:
+def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True, online_learning: bool = False,
+                      schedule=None) -> Drafter:
     """A distil-whisper-layout draft over the main encoder, scoring `vocab_ids`; `int8`: its decoder
-    and head run with int8 weights (half the cost of a step, the same acceptance)."""
-    pool = cross_attention_pool(draft)
-    if int8:  # its head already scores just `vocab_ids`
-        kv = int8_decoder(draft.model.decoder, draft.proj_out.weight, vocab_ids, runtime.max_length, pool)
-        head = kv.head
-    else:
-        kv, head = KVDecoder.from_model(draft, max_length=runtime.max_length, cross_pool=pool), None
+    and head run with int8 weights (half the cost of a step, the same acceptance). `online_learning`:
+    it keeps training between windows on what the main model verifies (`OnlineDrafter`, with
+    `schedule`)."""
     cross_layers = shared_cross_layers(draft.model.decoder, runtime.model.model.decoder)
-    model = WindowDraftModel(kv, vocab_ids, head=head, cross_source=runtime.decoder if cross_layers else None,
-                             cross_layers=cross_layers)
-    reads_prompt = getattr(draft.config, "reads_prompt", False)
-    return ModelDrafter(model, runtime.vocab_size, view=None if reads_prompt else without_prompt(runtime.special))
+    pool = cross_attention_pool(draft)
+
+    def build(decoder: nn.Module, before: WindowDraftModel | None = None) -> WindowDraftModel:
+        """The draft model that drafts, from a decoder of the draft's layout (low-rank adapters in
+        it stay shared: `whisperspec.whisper.drafters.adapters`); the head of one built `before`
+        is reused (the head never trains)."""
+        if int8:  # its head already scores just `vocab_ids`
+            kv = int8_decoder(decoder, draft.proj_out.weight, vocab_ids, runtime.max_length, pool,
+                              head=before.decoder.head if before else None)
+            head = kv.head
+        else:  # its linears run on packed copies of the weights; every parameter is shared
+            weight = draft.proj_out.weight.to(decoder.embed_tokens.weight.dtype)
+            full = before.decoder.head if before else PackedLinear(weight)
+            kv = KVDecoder(packed_copy(decoder), full, max_length=runtime.max_length, cross_pool=pool)
+            head = None
+        return WindowDraftModel(kv, vocab_ids, head=head, cross_source=runtime.decoder if cross_layers else None,
+                                cross_layers=cross_layers)
+
+    view = None if getattr(draft.config, "reads_prompt", False) else without_prompt(runtime.special)
+    if online_learning:
+        from whisperspec.whisper.drafters.online import OnlineDrafter
+
+        return OnlineDrafter(runtime, draft, vocab_ids, build, view, cross_layers, schedule)
+    return ModelDrafter(build(draft.model.decoder), runtime.vocab_size, view=view)
 
 
 def without_prompt(special):
