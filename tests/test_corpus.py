@@ -131,6 +131,7 @@ def tiny_transcriber(seed: int, draft: str = "none", **options):
     transcriber.options = DecodeOptions(max_new_tokens=24, **options)
     transcriber.condition_on_previous_text, transcriber.initial_prompt = True, None
     transcriber.carry_initial_prompt, transcriber.hotwords, transcriber.speech_detector = False, None, None
+    transcriber.word_timestamps, transcriber.punctuations = False, ("", "")
     transcriber.progress, transcriber.load_seconds = False, 0.0
     return transcriber
 

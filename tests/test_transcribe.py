@@ -101,10 +101,13 @@ def test_auto_chooses_among_the_drafters_the_model_has(base):
     from whisperspec.whisper.drafters import make_drafter
 
     auto = make_drafter("auto", base.runtime)
-    assert list(auto.candidates) == ["trained", "int8", "ngram"] and not auto.built  # built when first chosen
-    trained = auto.candidates["trained"]
+    # the English draft, the multilingual one, base in int8, prompt lookup; built when first chosen
+    assert set(auto.candidates) == {"trained", "trained:base-draft-multilingual", "int8", "ngram"} and not auto.built
+    trained, multilingual = auto.candidates["trained"], auto.candidates["trained:base-draft-multilingual"]
     special = base.runtime.special
-    assert trained.applies(special.prefix("en", "transcribe", False))  # the shipped draft speaks English
+    english, spanish = special.prefix("en", "transcribe", False), special.prefix("es", "transcribe", False)
+    assert trained.applies(english) and not trained.applies(spanish)  # each drafts where it agrees most
+    assert multilingual.applies(spanish) and not multilingual.applies(english)
     assert trained.make().model.decoder.n_layers == 2  # base-draft.safetensors
     assert list(make_drafter("auto", tiny_runtime(0)).candidates) == ["int8", "ngram"]  # no draft ships for it
 

@@ -27,8 +27,11 @@ def main() -> None:
         start = time.perf_counter()
         # beam 1, no VAD: the same greedy decoding (with openai-whisper's temperature fallback) as ours
         words = request.get("words", False)
+        # faster-whisper 1.2 with word timestamps but without timestamp tokens seeks to the last
+        # word's end inside the clip and decodes its tail again (a 4.9-s clip came back three times)
         segments, _ = model.transcribe(request["audio"], language=request.get("language"), beam_size=1,
-                                       best_of=1, vad_filter=False, without_timestamps=request.get("short", True),
+                                       best_of=1, vad_filter=False,
+                                       without_timestamps=request.get("short", True) and not words,
                                        word_timestamps=words)
         segments = list(segments)
         reply = {
