@@ -186,6 +186,28 @@ def test_compute_type_int8_keeps_every_drafter_exact_and_rows_independent():
         assert accepted > 0 or name not in ALWAYS_AGREE, name
 
 
+def test_a_drafter_built_after_rows_finished_gets_the_cross_attention_of_its_rows():
+    """`auto` builds a drafter when it is first chosen, maybe after rows of the batch have finished
+    (the main decoder dropped them), then tells it of those reorders: a draft that shares the main
+    decoder's cross-attention keys/values must not take the narrowed ones and narrow them again."""
+    from whisperspec.whisper.kv_decoder import KVDecoder
+
+    runtime = tiny_runtime(3)
+    window = runtime.encode(random_mel(3, batch=3))
+    main = runtime.decoder
+    main.start(window.hidden)
+    main.reorder(torch.tensor([0, 2]))  # row 1 finished
+    late = KVDecoder.from_model(runtime.model, max_length=runtime.max_length)
+    late.start(window.hidden, share_cross_with=main)
+    late.reorder(torch.tensor([0, 2]))  # replayed
+    for (k, v), (main_k, main_v) in zip(late.cross_kv, main.cross_kv):
+        assert k.shape == main_k.shape and torch.allclose(k, main_k) and torch.allclose(v, main_v)
+    early = KVDecoder.from_model(runtime.model, max_length=runtime.max_length)
+    main.start(window.hidden)
+    early.start(window.hidden, share_cross_with=main)  # before any reorder: shared, not projected again
+    assert all(torch.equal(k, main_k) for (k, _), (main_k, _) in zip(early.cross_kv, main.cross_kv))
+
+
 def test_a_window_decodes_the_same_after_another_in_the_reused_cache():
     """Caches are reused from window to window (fresh ones cost page faults): stale entries of the
     previous window must never be seen."""

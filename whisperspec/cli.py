@@ -105,7 +105,7 @@ def _add_transcribe(commands) -> None:
                         "confidence[:T] or cost")
     p.add_argument("--online-learning", choices=options.ONLINE_LEARNING, default=defaults.ONLINE_LEARNING,
                    help="on: a trained draft keeps learning from the main model while it transcribes, across "
-                        "windows and files (same transcript, faster on long or same-speaker audio)")
+                        "windows and files (same transcript; default off: docs/ONLINE.md says when it pays)")
     p.add_argument("--temperature", default=None,
                    help="openai-whisper's: the temperature to start from (default 0: greedy), raised by "
                         "--temperature-increment-on-fallback while a window's text fails the fallback thresholds")

@@ -85,7 +85,8 @@ class KVDecoder:
         dtype, device = self.embed_tokens.dtype, self.embed_tokens.device
         self.encoder_hidden = encoder_hidden  # what this window's cross K/V come from
         self.batch_size = batch
-        if share_cross_with is not None and share_cross_with.encoder_hidden is encoder_hidden:
+        self.rows_changed = False  # by `reorder` / `fork` since the window started
+        if share_cross_with is not None and share_cross_with.holds_window_of(encoder_hidden):
             # copies, never views: each decoder narrows its own tensors in place in `reorder`
             sources = [share_cross_with.cross_kv[i] for i in (cross_layers or range(self.n_layers))]
             if share_cross_with.cross_pool != 1:
@@ -129,6 +130,12 @@ class KVDecoder:
         top = layers or self.n_layers
         self.lengths[:top] = torch.minimum(self.lengths[:top], lengths)
 
+    def holds_window_of(self, encoder_hidden: torch.Tensor) -> bool:
+        """Whether its cross-attention keys/values are those of `encoder_hidden`, row for row: a
+        decoder that has since dropped or reordered rows holds fewer (a drafter built in the middle
+        of a window, then told of those reorders, must project its own)."""
+        return self.encoder_hidden is encoder_hidden and not self.rows_changed
+
     @torch.inference_mode()
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep only `rows` of the batch, in that order (finished rows leave a batched decode).
@@ -149,6 +156,7 @@ class KVDecoder:
             return tensor.narrow(dim, 0, n)
 
         self.cross_kv = [(narrow(k), narrow(v)) for k, v in self.cross_kv]
+        self.rows_changed = True
         self.self_kv = [(narrow(k), narrow(v)) for k, v in self.self_kv]
         self.lengths = narrow(self.lengths, dim=1)
         self.exit_hidden, self.fed_tokens = narrow(self.exit_hidden), narrow(self.fed_tokens)
@@ -170,6 +178,7 @@ class KVDecoder:
             k[:, :, :length] = k_row[:, :, :length]
             v[:, :, :length] = v_row[:, :, :length]
         self.cross_kv = [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self.cross_kv]
+        self.rows_changed = True
         self.lengths = self.lengths.expand(-1, rows).clone()
         self.fed_tokens = self.fed_tokens.expand(rows, -1).clone()
         self.exit_layer, self.exit_hidden = None, self.exit_hidden.new_zeros(rows, *self.exit_hidden.shape[1:])

@@ -183,7 +183,7 @@ class OnlineDrafter(Drafter):
         layers the draft copied, pooled (no projection), or projected by the draft's own layers."""
         main = self.runtime.decoder
         with torch.inference_mode(False):
-            if self.cross_layers is not None and main.encoder_hidden is window.hidden:
+            if self.cross_layers is not None and main.holds_window_of(window.hidden):
                 pool = self.trainer.cross_pool
                 layers = [(pool_frames(main.cross_kv[j][0], pool), pool_frames(main.cross_kv[j][1], pool))
                           for j in self.cross_layers]
