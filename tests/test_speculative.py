@@ -156,12 +156,15 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
     window = runtime.encode(mel)
     for name in ("none", "ngram", "early-exit:2", "int8", "distil", "auto", "switching"):
         drafter = None if name == "none" else build_drafter(name, runtime, 5)
-        accepted = 0
+        accepted = proposed = 0
         for lookahead in ("1", "4", "heuristic", "confidence"):
             rows = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode_batch(window, options)
             assert [r.tokens for r in rows] == singles, (name, lookahead)
-            assert all(r.stats.proposed > 0 for r in rows) or not drafter, (name, lookahead)  # every row drafted
+            # every row drafted (auto: where its timings say drafting pays, checked over all lookaheads)
+            assert all(r.stats.proposed > 0 for r in rows) or not drafter or name == "auto", (name, lookahead)
             accepted += sum(r.stats.accepted for r in rows)
+            proposed += sum(r.stats.proposed for r in rows)
+        assert proposed > 0 or not drafter, name
         # int8 rounding flips this random model's near-uniform text logits: it agrees on timestamps only
         assert accepted > 0 or name == "none" or (name == "int8" and not timestamps), name
 
