@@ -174,6 +174,8 @@ def test_transcribe_many_gives_each_file_its_one_file_transcript(tmp_path, times
             assert not result.ok and "broken.wav" in result.error
         else:
             assert _same(result.transcription, alone[result.source.audio]), result.source.audio
+            stats = result.transcription.stats  # what --stats prints: this file's encoder and decoder time
+            assert "silent" in stats or (stats["encoder_ms"] > 0 and stats["decoder_ms"] > 0)
     assert sum(progress) == pytest.approx(sum(r.duration for r in decoded), abs=0.05)
 
 

@@ -158,12 +158,26 @@ def _decode_round(transcriber, decoder, files: list[_File], on_progress) -> None
     one-file run encodes it (on a CPU a batch of windows encodes no faster: every 30-s window is
     already a large product)."""
     runtime = transcriber.runtime
-    windows = [runtime.encode(f.walk.window_mel()[None]) for f in files]
+    windows = []
+    for file in files:
+        started = time.perf_counter()
+        windows.append(runtime.encode(file.walk.window_mel()[None]))
+        _add_ms(file, "encoder_ms", time.perf_counter() - started)
     window = EncodedWindow(torch.cat([w.mel for w in windows]), torch.cat([w.hidden for w in windows]))
     options = files[0].walk.options
+    started = time.perf_counter()
     results = decoder.decode_batch(window, options, [f.walk.prompt for f in files],
                                    [f.walk.options.language for f in files])
+    share = (time.perf_counter() - started) / len(files)  # a batch's decoding, shared by its rows
     for file, result, alone in zip(files, results, windows):
+        started = time.perf_counter()
         seconds = file.walk.advance(result, alone.hidden)
+        _add_ms(file, "decoder_ms", share + time.perf_counter() - started)
         if on_progress:
             on_progress(seconds)
+
+
+def _add_ms(file: _File, key: str, seconds: float) -> None:
+    """A file's encoder / decoder time (`Transcription.stats`), as a one-file run reports it; in a
+    batch of several files, the decoder time is the file's share of its batches."""
+    file.prepared.timings[key] = file.prepared.timings.get(key, 0.0) + seconds * 1e3
