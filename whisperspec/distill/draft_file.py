@@ -7,7 +7,8 @@ metadata saying which main model it belongs to (a fingerprint of the main embedd
 layers it has, how many encoder frames its cross-attention averages into one, whether it reads
 long-form's previous-text prompt, and the languages it was trained on with its held-out agreement
 in each (`draft_languages`: what a drafter that chooses per language reads).
-`shipped_draft(main, language)` finds the shipped draft for a main model that agrees most in a language.
+`shipped_drafts(main)` lists the drafts shipped for a main model with the languages each agrees
+most in; `shipped_draft(main, language)` picks the one for a language.
 """
 
 from __future__ import annotations
