@@ -60,6 +60,17 @@ def test_openai_whisper_options_reach_the_transcriber(transcriber_arguments, tmp
     assert seen["initial_prompt"] == "Weasels." and seen["language"] == "English" and not seen["vad"]
 
 
+def test_word_options_as_openai_whisper_spells_them(transcriber_arguments, capsys):
+    for options, expected in ((("--word_timestamps", "True"), True), (("--word-timestamps",), True),
+                              (("--word_timestamps=False",), False), ((), False)):
+        assert transcriber_arguments(*options)["word_timestamps"] is expected, options
+    # a flag never takes the audio file that follows it for its value
+    assert hyphenated(["--word_timestamps", "a.wav", "--highlight_words", "TRUE"]) == \
+        ["--word-timestamps", "a.wav", "--highlight-words"]
+    assert cli_main(["transcribe", str(GOOD), "--word_timestamps=maybe"]) == 2
+    assert "--word-timestamps 'maybe': True or False" in capsys.readouterr().err
+
+
 def test_the_default_and_a_fixed_temperature(transcriber_arguments):
     assert transcriber_arguments()["temperature"] == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # openai-whisper's
     assert transcriber_arguments("--temperature", "0.5", "--temperature-increment-on-fallback", "None")[

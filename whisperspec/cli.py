@@ -63,7 +63,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 def _run(argv: list[str]) -> int:
     if argv and argv[0] == "transcribe":
-        argv = [argv[0], *hyphenated(argv[1:])]
+        try:
+            argv = [argv[0], *hyphenated(argv[1:])]
+        except ValueError as error:  # an openai-whisper boolean that is neither True nor False
+            print(f"whisperspec: {error}", file=sys.stderr)
+            return 2
     if argv and argv[0] in DELEGATED:
         module, _, function = DELEGATED[argv[0]][0].partition(":")
         return getattr(importlib.import_module(module), function)(argv[1:]) or 0
@@ -124,14 +128,13 @@ def _add_transcribe(commands) -> None:
 
 def _add_word_options(p) -> None:
     words = p.add_argument_group("word timestamps (openai-whisper's options)")
-    words.add_argument("--word-timestamps", nargs="?", const="True", default="False", metavar="True|False",
+    words.add_argument("--word-timestamps", action="store_true",
                        help="time every word (json: segments[].words with start, end, probability)")
     words.add_argument("--prepend-punctuations", default=defaults.PREPEND_PUNCTUATIONS,
                        help="punctuation joined to the word after it")
     words.add_argument("--append-punctuations", default=defaults.APPEND_PUNCTUATIONS,
                        help="punctuation joined to the word before it")
-    words.add_argument("--highlight-words", nargs="?", const="True", default="False", metavar="True|False",
-                       help="srt/vtt: underline each word as it is spoken")
+    words.add_argument("--highlight-words", action="store_true", help="srt/vtt: underline each word as it is spoken")
     words.add_argument("--max-line-width", type=int, default=None, help="srt/vtt: characters per line")
     words.add_argument("--max-line-count", type=int, default=None, help="srt/vtt: lines per cue")
     words.add_argument("--max-words-per-line", type=int, default=None,
@@ -140,12 +143,8 @@ def _add_word_options(p) -> None:
 
 def _subtitle_options(args):
     """srt/vtt cue options from the command line, checked: each needs --word-timestamps."""
-    from whisperspec.options import boolean
     from whisperspec.subtitles import SubtitleOptions
 
-    # openai-whisper's spelling `--word_timestamps True` as well as the bare flag
-    args.word_timestamps = boolean("word timestamps", args.word_timestamps)
-    args.highlight_words = boolean("highlight words", args.highlight_words)
     options = SubtitleOptions(args.highlight_words, args.max_line_width, args.max_line_count, args.max_words_per_line)
     if options.by_word and not args.word_timestamps:
         used = [name for name in ("highlight_words", "max_line_width", "max_line_count", "max_words_per_line")

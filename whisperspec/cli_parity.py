@@ -15,16 +15,41 @@ VAD_OPTIONS = ("threshold", "min_speech_duration_ms", "max_speech_duration_s", "
                "speech_pad_ms")
 
 
+# openai-whisper's booleans that are plain flags here: `--word_timestamps True` is `--word-timestamps`
+# (as flags they never take the audio file that follows them for their value)
+FLAGS = ("--word-timestamps", "--highlight-words")
+TRUE, FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+
 def hyphenated(argv: list[str]) -> list[str]:
     """`--output_format x` as `--output-format x`: openai-whisper spells its options with
-    underscores, ours with hyphens; both are accepted (values and arguments after `--` are kept)."""
-    out = list(argv)
-    for index, arg in enumerate(out):
+    underscores, ours with hyphens; both are accepted (values and arguments after `--` are kept).
+    `--word_timestamps True|False` becomes the flag or nothing (`FLAGS`)."""
+    out, args = [], iter(argv)
+    for arg in args:
         if arg == "--":
-            break
-        if arg.startswith("--"):
-            name, equals, value = arg.partition("=")
-            out[index] = name.replace("_", "-") + equals + value
+            return [*out, arg, *args]
+        if not arg.startswith("--"):
+            out.append(arg)
+            continue
+        name, equals, value = arg.partition("=")
+        name = name.replace("_", "-")
+        if name in FLAGS:
+            if not equals:  # a value may follow as the next argument
+                following = next(args, None)
+                if following is not None and following.lower() in TRUE + FALSE:
+                    value = following
+                elif following is not None:
+                    out.append(name)
+                    out.append(following)
+                    continue
+            if value.lower() in FALSE:
+                continue
+            if value and value.lower() not in TRUE:
+                raise ValueError(f"{name} {value!r}: True or False")
+            out.append(name)
+            continue
+        out.append(name + equals + value)
     return out
 
 
