@@ -65,8 +65,9 @@ def test_word_options_as_openai_whisper_spells_them(transcriber_arguments, capsy
                               (("--word_timestamps=False",), False), ((), False)):
         assert transcriber_arguments(*options)["word_timestamps"] is expected, options
     # a flag never takes the audio file that follows it for its value
-    assert hyphenated(["--word_timestamps", "a.wav", "--highlight_words", "TRUE"]) == \
-        ["--word-timestamps", "a.wav", "--highlight-words"]
+    assert hyphenated(["--word_timestamps", "a.wav", "--highlight_words", "TRUE", "--word_timestamps",
+                       "--output_format", "srt"]) == \
+        ["--word-timestamps", "a.wav", "--highlight-words", "--word-timestamps", "--output-format", "srt"]
     assert cli_main(["transcribe", str(GOOD), "--word_timestamps=maybe"]) == 2
     assert "--word-timestamps 'maybe': True or False" in capsys.readouterr().err
 

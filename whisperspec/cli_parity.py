@@ -25,31 +25,26 @@ def hyphenated(argv: list[str]) -> list[str]:
     """`--output_format x` as `--output-format x`: openai-whisper spells its options with
     underscores, ours with hyphens; both are accepted (values and arguments after `--` are kept).
     `--word_timestamps True|False` becomes the flag or nothing (`FLAGS`)."""
-    out, args = [], iter(argv)
-    for arg in args:
+    out, index = [], 0
+    while index < len(argv):
+        arg = argv[index]
+        index += 1
         if arg == "--":
-            return [*out, arg, *args]
+            return [*out, *argv[index - 1:]]
         if not arg.startswith("--"):
             out.append(arg)
             continue
         name, equals, value = arg.partition("=")
         name = name.replace("_", "-")
-        if name in FLAGS:
-            if not equals:  # a value may follow as the next argument
-                following = next(args, None)
-                if following is not None and following.lower() in TRUE + FALSE:
-                    value = following
-                elif following is not None:
-                    out.append(name)
-                    out.append(following)
-                    continue
-            if value.lower() in FALSE:
-                continue
-            if value and value.lower() not in TRUE:
-                raise ValueError(f"{name} {value!r}: True or False")
-            out.append(name)
+        if name not in FLAGS:
+            out.append(name + equals + value)
             continue
-        out.append(name + equals + value)
+        if not equals and index < len(argv) and argv[index].lower() in TRUE + FALSE:
+            value, index = argv[index], index + 1  # its value as the next argument
+        if value and value.lower() not in TRUE + FALSE:
+            raise ValueError(f"{name} {value!r}: True or False")
+        if value.lower() not in FALSE:
+            out.append(name)
     return out
 
 
