@@ -231,7 +231,10 @@ def test_ctrl_c_then_a_rerun_finishes_the_rest_and_redoes_nothing(tmp_path):
     command = [sys.executable, "-m", "whisperspec.cli", "transcribe", str(corpus), "--model", "tiny.en",
                "--language", "en", "--output-dir", str(out), "--format", "txt,json", "--batch-size", "2", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as in a terminal: a test run started in the background (`pytest &`) ignores SIGINT, and
+    # so would the command it starts
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while not _rows(out / "results.jsonl") and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.05)
