@@ -64,7 +64,7 @@ def test_candidates_are_built_when_first_chosen_and_only_where_they_apply():
 
     selector = SelectingDrafter([
         candidate("good", acceptance=0.9, step_cost=0.05),
-        Candidate("poor", never, acceptance=0.3, step_cost=0.4),
+        Candidate("poor", never, acceptance=0.3, step_cost=0.4, build_cost=20),  # explored after 92 rounds
         Candidate("elsewhere", never, acceptance=0.99, step_cost=0.01, applies=lambda tokens: tokens[0] == 99),
     ])
     chosen = simulate(selector, 50, {"good": (1.0, 0.0005)})
@@ -103,3 +103,45 @@ def test_a_candidate_dear_to_build_is_built_once_the_steps_it_would_have_saved_p
     assert simulate(selector, 20, world) == [None] * 20 and not built  # a short file: never built
     chosen = simulate(selector, 100, world)
     assert built and chosen[:40] == [None] * 40 and chosen[-40:] == ["dear"] * 40
+
+
+def test_a_candidate_whose_prior_undersells_it_is_measured_and_then_drafts():
+    # priors are guesses: "modest" promises less than a plain step, "hyped" promises much; in fact
+    # "modest" is the fastest and "hyped" barely pays
+    selector = SelectingDrafter([candidate("hyped", acceptance=0.9, step_cost=0.1),
+                                 candidate("modest", acceptance=0.2, step_cost=0.1, build_cost=5)])
+    world = {"hyped": (0.4, 0.004), "modest": (1.0, 0.001)}
+    chosen = simulate(selector, 40 + 12 + 4 * 5, world)
+    assert "modest" not in chosen[:12 + 4 * 5 - 1]  # not built before the input can repay it
+    chosen = simulate(selector, 100, world)
+    assert chosen[-50:].count("modest") >= 45
+
+
+def test_a_probe_is_timed_on_its_second_round_not_on_its_catch_up():
+    # the first round after a switch feeds the candidate what it missed: dear, but only once
+    selector = SelectingDrafter([candidate("steady", acceptance=0.8, step_cost=0.05),
+                                 candidate("other", acceptance=0.1, step_cost=0.05)])
+    previous = None
+    for _ in range(200):
+        proposal = selector.propose_batch([[1, 2, 3]], 3, [DraftContext()])[0]
+        name = selector.chosen
+        catch_up = 0.2 if name is not None and name != previous else 0.0  # 20 plain steps
+        accepted = {"steady": 2, "other": 3}.get(name, 0)
+        drafted = len(proposal.tokens)
+        verdict = Verdict(proposed=drafted, accepted=min(accepted, drafted), next_token=0)
+        selector.learn([1, 2, 3], verdict, None, 0.0005 * drafted + catch_up, PLAIN_STEP * (1 + 0.12 * drafted))
+        previous = name
+    # "other" (all 3 tokens right, against 2) wins once its probe is timed without the catch-up
+    assert selector.usage()["other"] > 0.8
+
+
+def test_one_slow_round_does_not_dethrone_the_fastest():
+    # a collection pause or a first call makes one round 50x dearer: costs are medians, not means
+    selector = SelectingDrafter([candidate("fast", acceptance=0.8, step_cost=0.05),
+                                 candidate("slow", acceptance=0.8, step_cost=0.3)])
+    world = {"fast": (1.0, 0.0005), "slow": (1.0, 0.003)}
+    simulate(selector, 40, world)
+    world["fast"] = (1.0, 0.5)
+    simulate(selector, 1, world)
+    world["fast"] = (1.0, 0.0005)
+    assert simulate(selector, 5, world) == ["fast"] * 5

@@ -4,12 +4,22 @@ Which drafter pays depends on the input: a distilled draft is cheap and right on
 trained for, and wrong on another language; a self-draft (the target in int8) is right almost
 everywhere but costs a third of a target pass per token; prompt lookup costs nothing and pays only
 where the text repeats. `SelectingDrafter` measures, for each candidate, how many tokens a round
-it drafts emits and what the round costs (drafting + verifying, wall time), and each round drafts
-with the candidate of the highest emitted-tokens-per-second, or with none when a plain step (one
-target pass for one token) is expected to be faster than all of them. So it is never slower than
-plain decoding by more than its probes: a candidate not chosen is tried again now and then (after
-`probe_every` rounds, doubling each time it loses, up to `max_probe_gap`), since the text may have
-changed in its favour.
+it drafts emits and what drafting costs, and for the target what a pass checking n drafted tokens
+costs (the same whoever drafted them); each round drafts with the candidate of the highest
+emitted-tokens-per-second, or with none when a plain step (one target pass for one token) is
+expected to be faster than all of them. Costs are medians of recent rounds, since a slow round (a
+first call, a collection pause) says nothing about the next one, and what a round emits is a
+moving average. So it is never slower than plain decoding by more than its probes: a candidate not
+chosen is tried again now and then (after `probe_every` rounds, doubling each time it loses, up to
+`max_probe_gap`), since the text may have changed in its favour. Priors only rank candidates
+before they are measured, and they are guesses (costs differ from machine to machine, acceptance
+from speech to speech): every candidate that applies is measured once the input is long enough to
+repay building it (`explore_after` times its build cost, in rounds), however poor its prior.
+
+The first round of a candidate after another drafted pays for catching up (its cache is behind
+by whatever was decoded since it last drafted): that round counts for what it emits but is not
+timed, or one dear catch-up would condemn a good candidate; a probe therefore drafts two rounds,
+the second timed.
 
 Candidates are built on first use, once the plain steps they would have saved pay for building
 them (a model draft costs its load only where it can repay it), and may decline a sequence
@@ -20,8 +30,10 @@ decision whatever drafts, so switching changes speed only.
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,8 +42,7 @@ import torch
 from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal, Verdict
 
 # What a verify pass over k drafted tokens costs on top of a plain step, per token, as a share of
-# that step, until the candidates' own rounds have been timed (then only used to tell a plain step's
-# cost from theirs while no plain round has been measured).
+# that step, for pass sizes not timed yet (and in the priors).
 VERIFY_SLOPE = 0.12
 
 
@@ -50,44 +61,85 @@ class Candidate:
     watches: bool = False
 
 
-class _Measured:
-    """Moving averages of one candidate's rounds: tokens emitted, seconds spent. They age by rounds,
-    not by samples: a probe after a long gap weighs as much as the rounds that passed meanwhile
-    would have, so one probe is enough to notice that the text changed."""
+class _Rounds:
+    """What one candidate's rounds give and cost.
 
-    def __init__(self, smoothing: float):
-        self.smoothing = smoothing
-        self.emitted = self.seconds = None
+    Tokens emitted and drafted per round are moving averages that age by rounds, not by samples: a
+    probe after a long gap weighs as much as the rounds that passed meanwhile would have, up to
+    `probe_weight` (a probe moves the estimate; one lucky or unlucky round cannot replace it).
+    Drafting seconds are the median of its recent timed rounds: a cost belongs to the machine, and the
+    odd slow round (a first call, a collection pause) says nothing about the next one.
+    """
+
+    def __init__(self, smoothing: float, probe_weight: float, timings: int = 15):
+        self.smoothing, self.probe_weight = smoothing, max(probe_weight, smoothing)
+        self.emitted = self.proposed = None
         self.last_round = 0
+        self.draft_seconds: deque[float] = deque(maxlen=timings)
 
-    def add(self, emitted: int, seconds: float, round_index: int) -> None:
-        weight = 1 - (1 - self.smoothing) ** max(round_index - self.last_round, 1)
+    def add(self, emitted: int, proposed: int, round_index: int) -> None:
+        weight = min(1 - (1 - self.smoothing) ** max(round_index - self.last_round, 1), self.probe_weight)
         self.last_round = round_index
         self.emitted = emitted if self.emitted is None else (1 - weight) * self.emitted + weight * emitted
-        self.seconds = seconds if self.seconds is None else (1 - weight) * self.seconds + weight * seconds
+        self.proposed = proposed if self.proposed is None else (1 - weight) * self.proposed + weight * proposed
 
     @property
-    def rate(self) -> float | None:
-        return None if self.emitted is None else self.emitted / max(self.seconds, 1e-9)
+    def draft_cost(self) -> float | None:
+        return statistics.median(self.draft_seconds) if self.draft_seconds else None
+
+
+class _VerifyCost:
+    """What a pass of the target costs by the number of drafted tokens it checks (0: a plain step):
+    the median of recent passes of that size; a size never timed is extrapolated from the others at
+    `VERIFY_SLOPE` of a plain step per token. The same for every candidate: who drafted does not
+    change what checking n tokens costs."""
+
+    def __init__(self, timings: int = 31):
+        self.timings = timings
+        self.seconds: dict[int, deque[float]] = {}
+
+    def add(self, proposed: int, seconds: float) -> None:
+        self.seconds.setdefault(proposed, deque(maxlen=self.timings)).append(seconds)
+
+    def plain_step(self) -> float | None:
+        if not self.seconds:
+            return None
+        n = 0 if 0 in self.seconds else max(self.seconds, key=lambda size: len(self.seconds[size]))
+        return statistics.median(self.seconds[n]) / (1 + VERIFY_SLOPE * n)
+
+    def __call__(self, proposed: float) -> float | None:
+        plain = self.plain_step()
+        if plain is None:
+            return None
+
+        def cost(n: int) -> float:
+            return statistics.median(self.seconds[n]) if n in self.seconds else plain * (1 + VERIFY_SLOPE * n)
+
+        below = math.floor(proposed)
+        share = proposed - below
+        return (1 - share) * cost(below) + share * cost(below + 1) if share else cost(below)
 
 
 class SelectingDrafter(Drafter):
     """Drafts each round with the candidate expected to be fastest (see the module docstring)."""
 
-    def __init__(self, candidates: list[Candidate], smoothing: float = 0.15, probe_every: int = 12,
-                 max_probe_gap: int = 64):
+    def __init__(self, candidates: list[Candidate], smoothing: float = 0.1, probe_weight: float = 0.3,
+                 probe_every: int = 12, max_probe_gap: int = 64, explore_after: float = 4.0):
         self.candidates = {c.name: c for c in candidates}
         self.built: dict[str, Drafter] = {}
-        self.measured = {name: _Measured(smoothing) for name in self.candidates}
-        self.plain = _Measured(smoothing)  # rounds that drafted nothing
-        self.estimated_plain_rate = None  # from the candidates' verify passes, until a plain round is timed
-        self.probe_every, self.max_probe_gap = probe_every, max_probe_gap
+        self.measured = {name: _Rounds(smoothing, probe_weight) for name in self.candidates}
+        self.verify_cost = _VerifyCost()
+        self.timed_round = 0  # the rows of a batch share their round's seconds: timed once
+        self.probe_every, self.max_probe_gap, self.explore_after = probe_every, max_probe_gap, explore_after
         self.gaps = {name: probe_every for name in self.candidates}  # rounds between probes of a loser
         self.forgone = {name: 0.0 for name in self.candidates}  # plain steps an unbuilt one would have saved
         self.last_tried = {name: 0 for name in self.candidates}
         self.rounds = 0
         self.chosen: str | None = None  # this round's candidate (None: a plain step)
         self.probing = False  # this round tries a candidate that is not the expected fastest
+        self.previous: str | None = None  # last round's candidate
+        self.switched = False  # this round's candidate did not draft the last one: it catches up
+        self.probe_next: str | None = None  # set in a probe's first round: the candidate it goes on with
         self.setup_seconds = 0.0  # of this round's drafting: building or starting a candidate
         self.chosen_rounds: Counter = Counter()  # candidate name (or "none") -> rounds
         # What every candidate must have been told of the current generation before it drafts:
@@ -99,8 +151,14 @@ class SelectingDrafter(Drafter):
     # ---------------------------------------------------------------- choosing
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
         self.rounds += 1
-        name = self._choose([c for c in self.candidates.values() if all(c.applies(row) for row in rows)], k)
-        self.chosen, self.setup_seconds = name, 0.0
+        eligible = [c for c in self.candidates.values() if all(c.applies(row) for row in rows)]
+        if self.probe_next in {c.name for c in eligible}:
+            name, self.probing = self.probe_next, True
+        else:
+            name = self._choose(eligible, k)
+        self.switched = name is not None and name != self.previous
+        self.probe_next = name if self.probing and self.switched else None
+        self.chosen, self.previous, self.setup_seconds = name, name, 0.0
         self.chosen_rounds[name or "none"] += 1
         if name is None:
             return [Proposal([]) for _ in rows]
@@ -108,7 +166,8 @@ class SelectingDrafter(Drafter):
         return self._ready(name).propose_batch(rows, k, contexts)
 
     def _choose(self, eligible: list[Candidate], k: int) -> str | None:
-        plain = self.plain.rate or self.estimated_plain_rate
+        plain_step = self.verify_cost.plain_step()
+        plain = 1 / plain_step if plain_step else None
         rates = {c.name: self._rate(c, k, plain) for c in eligible}
         choice = self._fastest(rates, plain)
         if choice is not None and choice not in self.built:
@@ -121,9 +180,10 @@ class SelectingDrafter(Drafter):
             if self.forgone[choice] < self.candidates[choice].build_cost:
                 choice = fallback
         # a measured candidate not chosen for a while is tried again: the text may have changed in
-        # its favour (one never measured is tried when its prior promises most)
-        overdue = [c.name for c in eligible if c.name != choice and self.measured[c.name].rate is not None
-                   and self.rounds - self.last_tried[c.name] >= self.gaps[c.name]]
+        # its favour; one never measured, once the rounds so far dwarf what building it costs
+        overdue = [c.name for c in eligible if c.name != choice and (
+            self.rounds - self.last_tried[c.name] >= self.gaps[c.name] if self._measured_rate(c.name) is not None
+            else self.rounds >= self.probe_every + self.explore_after * c.build_cost)]
         self.probing = bool(overdue)
         if overdue:
             return max(overdue, key=lambda n: self.rounds - self.last_tried[n])
@@ -135,8 +195,14 @@ class SelectingDrafter(Drafter):
         best = max(rates, key=rates.get, default=None)
         return best if best is not None and (plain is None or rates[best] > plain) else None
 
+    def _measured_rate(self, name: str) -> float | None:
+        """Tokens a round of `name` emits per second of drafting and verifying, once both are known."""
+        rounds = self.measured[name]
+        draft, verify = rounds.draft_cost, self.verify_cost(rounds.proposed or 0.0)
+        return None if rounds.emitted is None or draft is None or verify is None else rounds.emitted / (draft + verify)
+
     def _rate(self, candidate: Candidate, k: int, plain: float | None) -> float:
-        measured = self.measured[candidate.name].rate
+        measured = self._measured_rate(candidate.name)
         if measured is not None:
             return measured
         # not measured yet: its prior, in units of a plain step (of the plain rate once known)
@@ -155,20 +221,24 @@ class SelectingDrafter(Drafter):
             if watcher != name:
                 scores = logits if self.candidates[watcher].applies(tokens) else None
                 self.built[watcher].learn(tokens, verdict, scores, draft_seconds, verify_seconds)
-        if verify_seconds is None:  # a pass that also read a prompt: not a round's cost
-            return
+        if name is not None:  # acceptance counts from the first round, catching up or not
+            self.measured[name].add(verdict.accepted + 1, verdict.proposed, self.rounds)
+        if verify_seconds is None or self.timed_round == self.rounds:  # a pass that also read a prompt,
+            return  # or a batch's next row: the round is timed once
+        self.timed_round = self.rounds
+        self.verify_cost.add(verdict.proposed, verify_seconds)
         if name is None:
-            self.plain.add(1, verify_seconds, self.rounds)
             return
-        measured = self.measured[name]
-        measured.add(verdict.accepted + 1, max(draft_seconds - self.setup_seconds, 0.0) + verify_seconds, self.rounds)
-        if self.plain.rate is None:
-            self.estimated_plain_rate = (1 + VERIFY_SLOPE * verdict.proposed) / verify_seconds
-        others = [m.rate for n, m in self.measured.items() if n != name and m.rate is not None]
-        best_other = max([self.plain.rate or self.estimated_plain_rate or 0.0, *others])
-        if measured.rate > best_other:
+        if not self.switched:  # what a switch's round cost to draft is mostly the catch-up's
+            self.measured[name].draft_seconds.append(max(draft_seconds - self.setup_seconds, 0.0))
+        rate = self._measured_rate(name)
+        if rate is None:
+            return
+        plain_step = self.verify_cost.plain_step()
+        others = [r for r in map(self._measured_rate, self.measured) if r is not None]
+        if rate >= max([1 / plain_step, *others]):
             self.gaps[name] = self.probe_every
-        elif self.probing:  # a probe that lost: the next one comes twice as late
+        elif self.probing and not self.switched:  # a probe that lost: the next one comes twice as late
             self.gaps[name] = min(2 * self.gaps[name], self.max_probe_gap)
 
     # ---------------------------------------------------------------- the candidates' lives
