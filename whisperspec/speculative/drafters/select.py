@@ -87,6 +87,11 @@ class _Rounds:
     def draft_cost(self) -> float | None:
         return statistics.median(self.draft_seconds) if self.draft_seconds else None
 
+    @property
+    def measured(self) -> bool:
+        """Both known: what a round emits, and (timed after its verify pass) what drafting costs."""
+        return self.emitted is not None and bool(self.draft_seconds)
+
 
 class _VerifyCost:
     """What a pass of the target costs by the number of drafted tokens it checks (0: a plain step):
@@ -108,12 +113,13 @@ class _VerifyCost:
         return statistics.median(self.seconds[n]) / (1 + VERIFY_SLOPE * n)
 
     def __call__(self, proposed: float) -> float | None:
-        plain = self.plain_step()
-        if plain is None:
+        if not self.seconds:
             return None
 
         def cost(n: int) -> float:
-            return statistics.median(self.seconds[n]) if n in self.seconds else plain * (1 + VERIFY_SLOPE * n)
+            if n in self.seconds:
+                return statistics.median(self.seconds[n])
+            return self.plain_step() * (1 + VERIFY_SLOPE * n)
 
         below = math.floor(proposed)
         share = proposed - below
@@ -182,7 +188,7 @@ class SelectingDrafter(Drafter):
         # a measured candidate not chosen for a while is tried again: the text may have changed in
         # its favour; one never measured, once the rounds so far dwarf what building it costs
         overdue = [c.name for c in eligible if c.name != choice and (
-            self.rounds - self.last_tried[c.name] >= self.gaps[c.name] if self._measured_rate(c.name) is not None
+            self.rounds - self.last_tried[c.name] >= self.gaps[c.name] if self.measured[c.name].measured
             else self.rounds >= self.probe_every + self.explore_after * c.build_cost)]
         self.probing = bool(overdue)
         if overdue:
@@ -198,8 +204,9 @@ class SelectingDrafter(Drafter):
     def _measured_rate(self, name: str) -> float | None:
         """Tokens a round of `name` emits per second of drafting and verifying, once both are known."""
         rounds = self.measured[name]
-        draft, verify = rounds.draft_cost, self.verify_cost(rounds.proposed or 0.0)
-        return None if rounds.emitted is None or draft is None or verify is None else rounds.emitted / (draft + verify)
+        if not rounds.measured:
+            return None
+        return rounds.emitted / (rounds.draft_cost + self.verify_cost(rounds.proposed))
 
     def _rate(self, candidate: Candidate, k: int, plain: float | None) -> float:
         measured = self._measured_rate(candidate.name)
@@ -234,9 +241,8 @@ class SelectingDrafter(Drafter):
         rate = self._measured_rate(name)
         if rate is None:
             return
-        plain_step = self.verify_cost.plain_step()
-        others = [r for r in map(self._measured_rate, self.measured) if r is not None]
-        if rate >= max([1 / plain_step, *others]):
+        others = [self._measured_rate(n) for n in self.measured if n != name]
+        if rate >= max([1 / self.verify_cost.plain_step(), *(r for r in others if r is not None)]):
             self.gaps[name] = self.probe_every
         elif self.probing and not self.switched:  # a probe that lost: the next one comes twice as late
             self.gaps[name] = min(2 * self.gaps[name], self.max_probe_gap)
