@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,25 @@ def test_from_pretrained_dirs_load_like_embedded(tmp_path):
     assert ct2_conversion(str(tmp_path)) is None and loaded.path == tmp_path
     assert loaded.model.config.decoder_layers == 2 and len(loaded.tokenizer) == 51864
     assert loaded.generation_config.no_timestamps_token_id == 50362
+
+
+def test_a_models_fingerprint_is_kept_beside_its_weights_and_retaken_when_they_change(tmp_path, monkeypatch):
+    """The drafts' check of which main model they belong to hashes the embeddings once per file."""
+    from whisperspec.distill import draft_file
+    from whisperspec.models.checkpoint import WhisperWeights
+
+    _tiny_checkpoint(tmp_path)
+    first = draft_file.fingerprint(WhisperWeights.from_folder(tmp_path))
+    assert (tmp_path / "model.safetensors.fingerprint.json").is_file()
+    monkeypatch.setattr(draft_file, "_hash_embeddings", lambda *a: pytest.fail("hashed a second time"))
+    assert draft_file.fingerprint(WhisperWeights.from_folder(tmp_path)) == first
+    monkeypatch.undo()
+    weights = tmp_path / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # the file rewritten
+    hashed = []
+    monkeypatch.setattr(draft_file, "_hash_embeddings",
+                        lambda *a, real=draft_file._hash_embeddings: hashed.append(1) or real(*a))
+    assert draft_file.fingerprint(WhisperWeights.from_folder(tmp_path)) == first and hashed
 
 
 def test_ct2_dir_of_a_user_is_converted_once_and_cached(tmp_path, monkeypatch):

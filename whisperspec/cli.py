@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -56,6 +57,29 @@ def main(argv: list[str] | None = None) -> int:
             return 130
 
 
+def command() -> None:
+    """The `whisperspec` executable: `main` on the process's arguments, then exit with its code.
+
+    Python's collector walks every live object now and then, and importing torch and loading a
+    model make hundreds of thousands, all of which live as long as the process: on a short file
+    those walks, and the last ones at exit, cost a large share of the whole run. So the collector
+    is off while the command starts up (`_started` turns it back on, past everything made so
+    far), and what is left at the end is frozen before the process exits (exit handlers still run
+    and files still close as usual)."""
+    gc.disable()
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
+def _started() -> None:
+    """Start-up is over (the model loaded): the collector resumes, for objects made from now on
+    (a no-op unless `command` turned it off: `main` called from Python leaves the collector alone)."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A warning as a user of the command reads it: what happened, not the line of ours it came from."""
     print(f"whisperspec: warning: {message}", file=file or sys.stderr)
@@ -68,6 +92,8 @@ def _run(argv: list[str]) -> int:
         except ValueError as error:  # an openai-whisper boolean that is neither True nor False
             print(f"whisperspec: {error}", file=sys.stderr)
             return 2
+    if not argv or argv[0] != "transcribe":  # only transcribe starts up with the collector off
+        _started()
     if argv and argv[0] in DELEGATED:
         module, _, function = DELEGATED[argv[0]][0].partition(":")
         return getattr(importlib.import_module(module), function)(argv[1:]) or 0
@@ -195,6 +221,7 @@ def _run_transcribe(args) -> int:
     except (OSError, ValueError) as error:  # each names the option, the model or the drafter
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
+    _started()
     return transcribe_corpus(sources, engine, args, formats,
                              print_result=lambda result: _print_result(result, args, len(sources) > 1),
                              subtitles=subtitles)
@@ -252,4 +279,4 @@ def _run_import_ct2(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

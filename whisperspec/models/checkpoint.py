@@ -139,6 +139,7 @@ class WhisperWeights(nn.Module):
         weights.setdefault("proj_out.weight", weights["model.decoder.embed_tokens.weight"])
         model.load_state_dict(weights, strict=True, assign=True)
         model.proj_out.weight = model.model.decoder.embed_tokens.weight  # tied again after `assign`
+        model.weights_file = folder / WEIGHTS  # what derived forms cached beside it are keyed by
         return model.eval()
 
 
