@@ -8,8 +8,8 @@ it drafts emits and what drafting costs, and for the target what a pass checking
 costs (the same whoever drafted them); each round drafts with the candidate of the highest
 emitted-tokens-per-second, or with none when a plain step (one target pass for one token) is
 expected to be faster than all of them. Costs are medians of recent rounds, since a slow round (a
-first call, a collection pause) says nothing about the next one, and what a round emits is a
-moving average. So it is never slower than plain decoding by more than its probes: a candidate not
+first call, a collection pause) says nothing about the next one, and what a round emits is an
+average over the candidate's rounds that forgets slowly (one round says little: `_Rounds`). So it is never slower than plain decoding by more than its probes: a candidate not
 chosen is tried again now and then (after `probe_every` rounds, doubling each time it loses, up to
 `max_probe_gap`), since the text may have changed in its favour. Priors only rank candidates
 before they are measured, and they are guesses (costs differ from machine to machine, acceptance
@@ -64,24 +64,36 @@ class Candidate:
 class _Rounds:
     """What one candidate's rounds give and cost.
 
-    Tokens emitted and drafted per round are moving averages that age by rounds, not by samples: a
-    probe after a long gap weighs as much as the rounds that passed meanwhile would have, up to
-    `probe_weight` (a probe moves the estimate; one lucky or unlucky round cannot replace it).
+    Tokens emitted and drafted per round are ratios of sums that forget: by `memory` per round the
+    candidate drafts, and by `gap_memory` per round it sat out (the text may have moved on since).
+    What one round emits varies a lot (most rounds of a draft right on a third of its tokens emit
+    one token, a few emit four), so an estimate needs many rounds; a probe after a long gap adds
+    its two rounds to what is left of the old ones instead of replacing them (two unlucky rounds
+    must not shut a good candidate out for the next hundred).
     Drafting seconds are the median of its recent timed rounds: a cost belongs to the machine, and the
     odd slow round (a first call, a collection pause) says nothing about the next one.
     """
 
-    def __init__(self, smoothing: float, probe_weight: float, timings: int = 15):
-        self.smoothing, self.probe_weight = smoothing, max(probe_weight, smoothing)
-        self.emitted = self.proposed = None
+    def __init__(self, memory: float, gap_memory: float, timings: int = 15):
+        self.memory, self.gap_memory = memory, gap_memory
+        self.weight = self.emitted_sum = self.proposed_sum = 0.0
         self.last_round = 0
         self.draft_seconds: deque[float] = deque(maxlen=timings)
 
     def add(self, emitted: int, proposed: int, round_index: int) -> None:
-        weight = min(1 - (1 - self.smoothing) ** max(round_index - self.last_round, 1), self.probe_weight)
+        kept = self.memory * self.gap_memory ** max(round_index - self.last_round - 1, 0)
         self.last_round = round_index
-        self.emitted = emitted if self.emitted is None else (1 - weight) * self.emitted + weight * emitted
-        self.proposed = proposed if self.proposed is None else (1 - weight) * self.proposed + weight * proposed
+        self.weight = kept * self.weight + 1
+        self.emitted_sum = kept * self.emitted_sum + emitted
+        self.proposed_sum = kept * self.proposed_sum + proposed
+
+    @property
+    def emitted(self) -> float | None:
+        return self.emitted_sum / self.weight if self.weight else None
+
+    @property
+    def proposed(self) -> float | None:
+        return self.proposed_sum / self.weight if self.weight else None
 
     @property
     def draft_cost(self) -> float | None:
@@ -90,7 +102,7 @@ class _Rounds:
     @property
     def measured(self) -> bool:
         """Both known: what a round emits, and (timed after its verify pass) what drafting costs."""
-        return self.emitted is not None and bool(self.draft_seconds)
+        return self.weight > 0 and bool(self.draft_seconds)
 
 
 class _VerifyCost:
@@ -129,11 +141,11 @@ class _VerifyCost:
 class SelectingDrafter(Drafter):
     """Drafts each round with the candidate expected to be fastest (see the module docstring)."""
 
-    def __init__(self, candidates: list[Candidate], smoothing: float = 0.1, probe_weight: float = 0.3,
-                 probe_every: int = 12, max_probe_gap: int = 64, explore_after: float = 4.0):
+    def __init__(self, candidates: list[Candidate], memory: float = 0.97, gap_memory: float = 0.995,
+                 probe_every: int = 12, max_probe_gap: int = 64, explore_after: float = 10.0):
         self.candidates = {c.name: c for c in candidates}
         self.built: dict[str, Drafter] = {}
-        self.measured = {name: _Rounds(smoothing, probe_weight) for name in self.candidates}
+        self.measured = {name: _Rounds(memory, gap_memory) for name in self.candidates}
         self.verify_cost = _VerifyCost()
         self.timed_round = 0  # the rows of a batch share their round's seconds: timed once
         self.probe_every, self.max_probe_gap, self.explore_after = probe_every, max_probe_gap, explore_after
@@ -186,9 +198,13 @@ class SelectingDrafter(Drafter):
             if self.forgone[choice] < self.candidates[choice].build_cost:
                 choice = fallback
         # a measured candidate not chosen for a while is tried again: the text may have changed in
-        # its favour; one never measured, once the rounds so far dwarf what building it costs
+        # its favour, unless even a round with every drafted token right would not beat the leader
+        # (a probe is not free: it catches up on what it missed); one never measured, once the
+        # rounds so far dwarf what building it costs
+        leader = max([plain or 0.0, *(rates[c.name] for c in eligible if self.measured[c.name].measured)])
         overdue = [c.name for c in eligible if c.name != choice and (
-            self.rounds - self.last_tried[c.name] >= self.gaps[c.name] if self.measured[c.name].measured
+            self.rounds - self.last_tried[c.name] >= self.gaps[c.name] and self._best_case_rate(c.name, k) > leader
+            if self.measured[c.name].measured
             else self.rounds >= self.probe_every + self.explore_after * c.build_cost)]
         self.probing = bool(overdue)
         if overdue:
@@ -207,6 +223,12 @@ class SelectingDrafter(Drafter):
         if not rounds.measured:
             return None
         return rounds.emitted / (rounds.draft_cost + self.verify_cost(rounds.proposed))
+
+    def _best_case_rate(self, name: str, k: int) -> float:
+        """What a measured candidate's round of k drafted tokens would give per second if all were right."""
+        rounds = self.measured[name]
+        drafting = rounds.draft_cost * k / max(rounds.proposed, 1.0)
+        return (k + 1) / (drafting + self.verify_cost(k))
 
     def _rate(self, candidate: Candidate, k: int, plain: float | None) -> float:
         measured = self._measured_rate(candidate.name)

@@ -153,7 +153,8 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     if head is None:
         weight = head_weight.detach().float()
         weight = weight if vocab_ids is None else weight[vocab_ids]
-        modules["head"] = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        # a skeleton (initialising 25k random rows costs more than quantising them), its weight set below
+        modules["head"] = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
         modules["head"].weight = nn.Parameter(weight, requires_grad=False)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(deprecated|migrat).*")  # the choice is explained above
