@@ -34,18 +34,21 @@ segments, _ = model.transcribe(sys.argv[3], beam_size=1)
 print("".join(s.text for s in segments).strip())
 """
 
-# Our CLI's work, step by step, with a clock between the steps (the split of a whole process).
+# Our CLI's work, step by step, with a clock between the steps (the split of a whole process),
+# the garbage collector handled as the command handles it (`whisperspec.cli.command`).
 SPLIT = """
-import json, sys, time
+import gc, json, sys, time
+gc.disable()
 marks = [("start", time.perf_counter())]
 def mark(name):
     marks.append((name, time.perf_counter()))
 import torch
 mark("import torch")
-from whisperspec.cli import main
+from whisperspec.cli import _started
 from whisperspec.transcribe import Transcriber
 mark("import whisperspec")
 transcriber = Transcriber(draft=sys.argv[2] if len(sys.argv) > 2 else None)
+_started()
 mark("load model and drafter")
 result = transcriber.transcribe(sys.argv[1])
 mark("first transcription")

@@ -9,9 +9,11 @@ costs (the same whoever drafted them); each round drafts with the candidate of t
 emitted-tokens-per-second, or with none when a plain step (one target pass for one token) is
 expected to be faster than all of them. Costs are medians of recent rounds, since a slow round (a
 first call, a collection pause) says nothing about the next one, and what a round emits is an
-average over the candidate's rounds that forgets slowly (one round says little: `_Rounds`). So it is never slower than plain decoding by more than its probes: a candidate not
-chosen is tried again now and then (after `probe_every` rounds, doubling each time it loses, up to
-`max_probe_gap`), since the text may have changed in its favour. Priors only rank candidates
+average over the candidate's rounds that forgets slowly (one round says little: `_Rounds`). So it
+is never slower than plain decoding by more than its probes: a candidate not chosen is tried
+again now and then (after `probe_every` rounds, doubling each time it loses, up to
+`max_probe_gap`), since the text may have changed in its favour, as long as a round with every
+token it drafts right would beat the leader (a probe is not free). Priors only rank candidates
 before they are measured, and they are guesses (costs differ from machine to machine, acceptance
 from speech to speech): every candidate that applies is measured once the input is long enough to
 repay building it (`explore_after` times its build cost, in rounds), however poor its prior.
