@@ -40,20 +40,27 @@ def fingerprint(model: torch.nn.Module) -> str:
     (`weights_file`, where the reader records it) for the next process."""
     if model not in _fingerprints:
         source = getattr(model, "weights_file", None)
-        _fingerprints[model] = _stored_fingerprint(source) or _hash_embeddings(model, source)
+        mark = _stored_fingerprint(source)
+        if mark is None:
+            mark = _hash_embeddings(model)
+            _store_fingerprint(source, mark)
+        _fingerprints[model] = mark
     return _fingerprints[model]
 
 
-def _hash_embeddings(model: torch.nn.Module, source: Path | None) -> str:
+def _hash_embeddings(model: torch.nn.Module) -> str:
     weight = model.model.decoder.embed_tokens.weight.detach().float().contiguous()
-    mark = hashlib.sha256(memoryview(weight.numpy()).cast("B")).hexdigest()[:16]  # read in place, not copied
-    if source is not None:
-        try:
-            with atomic_write(_fingerprint_file(source)) as file:
-                json.dump({"weights": _file_key(source), "fingerprint": mark}, file)
-        except OSError:  # a read-only cache: the next process hashes again
-            pass
-    return mark
+    return hashlib.sha256(memoryview(weight.numpy()).cast("B")).hexdigest()[:16]  # read in place, not copied
+
+
+def _store_fingerprint(source: Path | None, mark: str) -> None:
+    if source is None:
+        return
+    try:
+        with atomic_write(_fingerprint_file(source)) as file:
+            json.dump({"weights": _file_key(source), "fingerprint": mark}, file)
+    except OSError:  # a read-only cache: the next process hashes again
+        pass
 
 
 def _stored_fingerprint(source: Path | None) -> str | None:
