@@ -197,3 +197,28 @@ def test_a_transcription_from_the_command_line_path_imports_no_transformers_libr
             "print(sorted(m for m in ('transformers', 'librosa', 'av') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_command_exits_with_its_code_after_writing_everything_and_stops_quietly_on_a_closed_pipe(tmp_path):
+    """`whisperspec` leaves without the interpreter's teardown (`whisperspec.cli._exit`): what it
+    printed and wrote must all be there, the exit code must be the run's, and a reader that goes
+    away (`| head`) ends the run with code 1 and no traceback."""
+    import subprocess
+    import sys
+
+    sample, out = ROOT / "data" / "sample.flac", tmp_path / "out"
+    command = [sys.executable, "-m", "whisperspec.cli", "transcribe", str(sample), str(tmp_path / "missing.wav"),
+               "--language", "en", "--output-dir", str(out), "--output-format", "txt,json", "--quiet"]
+    run = subprocess.run(command, capture_output=True, text=True)
+    assert run.returncode == 1, run.stderr  # one of the two files failed
+    assert "representative" in run.stdout and "missing.wav" in run.stderr
+    assert "representative" in (out / "sample.txt").read_text()
+    assert json.loads((out / "sample.json").read_text())["text"].strip() == (out / "sample.txt").read_text().strip()
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(row["status"] for row in rows) == ["error", "ok"]
+
+    closed = subprocess.Popen(command[:5] + ["--language", "en", "--quiet"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    closed.stdout.close()  # the reader is gone before the first line
+    assert closed.wait(300) == 1
+    assert "Traceback" not in closed.stderr.read()
