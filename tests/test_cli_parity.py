@@ -82,6 +82,9 @@ def test_vad_options_and_hotwords(transcriber_arguments):
     seen = transcriber_arguments("--vad_filter", "True", "--vad_min_silence_duration_ms", "500", "--hotwords", "Waldo")
     assert seen["vad"] and seen["vad_parameters"].min_silence_duration_ms == 500 and seen["hotwords"] == "Waldo"
     assert seen["vad_parameters"].speech_pad_ms == 400  # faster-whisper's default for what is not given
+    seen = transcriber_arguments("--chunked", "--vad-threshold", "0.4")
+    assert seen["chunked"] and not seen["vad"]
+    assert seen["vad_parameters"] == {"threshold": 0.4}  # on top of chunked long-form's own VAD settings
 
 
 @pytest.mark.parametrize("options, message", [

@@ -17,6 +17,7 @@ import soundfile as sf
 
 from test_speculative import DRAFTERS, build_drafter
 from tiny_models import random_mel, tiny_runtime
+from whisperspec.corpus.batching import decode_alone
 from whisperspec.corpus.inputs import InputError, Source, expand_inputs
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
@@ -119,9 +120,11 @@ def multilingual_drafter(name: str, runtime, seed: int):
     return draft_whisper_drafter(runtime, draft, vocab_size_kept=3000, share_encoder=False)
 
 
-def tiny_transcriber(seed: int, draft: str = "none", **options):
+def tiny_transcriber(seed: int, draft: str = "none", chunked: bool = False, **options):
     """A Transcriber around a tiny random multilingual model (float64: exact comparisons)."""
+    from whisperspec.options import chunk_vad_options, vad_options
     from whisperspec.transcribe import Transcriber
+    from whisperspec.vad import SpeechDetector
     from whisperspec.whisper.drafters import parse_draft_spec
 
     transcriber = Transcriber.__new__(Transcriber)
@@ -133,6 +136,9 @@ def tiny_transcriber(seed: int, draft: str = "none", **options):
     transcriber.carry_initial_prompt, transcriber.hotwords, transcriber.speech_detector = False, None, None
     transcriber.word_timestamps, transcriber.punctuations = False, ("", "")
     transcriber.progress, transcriber.load_seconds = False, 0.0
+    transcriber.chunked, transcriber.batch_size = chunked, 8
+    if chunked:
+        transcriber.speech_detector = SpeechDetector(vad_options(chunk_vad_options()))
     return transcriber
 
 
@@ -213,6 +219,79 @@ def test_on_real_speech_each_batched_transcript_is_the_one_file_transcript(tmp_p
         assert result.language == "en"
     # auto drafts where its timings say it pays (not on every short clip): somewhere here it did
     assert sum(r.stats["speculation"]["accepted"] for r in batched.values()) > 0
+
+
+# ------------------------------------------------------------------ chunked long-form
+def speech_file(path: Path, clips: list[str], pause: float = 1.0) -> Path:
+    """The test clips (real speech) one after another with `pause` seconds of silence between."""
+    silence = np.zeros(int(pause * 16000), dtype=np.float32)
+    pieces = [x for clip in clips for x in (sf.read(CLIPS / f"{clip}.flac", dtype="float32")[0], silence)]
+    sf.write(path, np.concatenate(pieces), 16000)
+    return path
+
+
+LONG_CLIPS = ["basic-pbx-ivr-main", "vm-options", "ss-noservice", "tt-weasels", "agent-newlocation",
+              "privacy-prompt"]
+
+
+def test_chunk_spans_join_speech_regions_up_to_a_window_and_cut_longer_ones():
+    from whisperspec.whisper.chunked import chunk_spans
+
+    assert chunk_spans([100, 200, 700, 1500], limit=500) == [(0, 200), (200, 700), (700, 1200), (1200, 1500)]
+    assert chunk_spans([400, 900, 1000], limit=500) == [(0, 400), (400, 900), (900, 1000)]
+    assert chunk_spans([], limit=500) == []
+
+
+@pytest.mark.parametrize("draft", ["none", "int8"])
+def test_a_chunked_file_decodes_its_chunks_together_and_each_as_it_would_alone(tmp_path, draft):
+    """`chunked`: a long file's speech (VAD regions joined into chunks of at most 30 s, each one
+    window) decodes in rows of one batch; the transcript is the same in batches of 1 and 4, through
+    `transcribe` and `transcribe_many` beside a sequential long-form file, and the language detected
+    on the first chunk is every chunk's."""
+    long = speech_file(tmp_path / "long.flac", LONG_CLIPS)
+    other = speech_file(tmp_path / "other.flac", ["vm-options", "basic-pbx-ivr-main"] * 2)
+    transcriber = tiny_transcriber(4, draft, chunked=True)  # the fallback schedule: each chunk decoded at 0 only
+    transcriber.batch_size = 1
+    alone = transcriber.transcribe(long)
+    transcriber.batch_size = 4
+    together = transcriber.transcribe(long)
+    assert _same(alone, together) and alone.stats["windows"] >= 3  # chunks of at most 30 s
+    assert set(alone.stats["temperatures"]) == {0.0}
+    prepared = transcriber.prepare(long)
+    walk = transcriber.walk(prepared)
+    assert [chunk.index for chunk in walk.ready()] == [0]  # the language first, on the first chunk
+    decode_alone(transcriber, transcriber.window_decoder(), prepared, walk)
+    assert {window.language for window in walk.results} == {alone.language}
+    for segment in alone.segments:  # a chunk's segment spans its chunk: at most 30 s, in the original's times
+        assert 0 <= segment.start < segment.end <= alone.duration + 0.01
+    sequential = tiny_transcriber(4, draft, timestamps=True)
+    batched = {r.source.audio: r.transcription for r in transcriber.transcribe_many([other, long], batch_size=4)}
+    assert _same(batched[str(long)], alone)
+    assert _same(batched[str(other)], transcriber.transcribe(other))
+    assert not _same(sequential.transcribe(long), alone)  # the sequential walk is another walk
+
+
+@pytest.mark.real
+def test_on_real_speech_a_chunked_file_is_the_same_alone_and_batched(tmp_path):
+    """base with `auto` drafting: 66 s of speech in chunks, decoded one chunk at a time and four at
+    a time, gives one transcript, and it is the speech's words."""
+    from whisperspec.evaluation.scoring import score
+    from whisperspec.transcribe import Transcriber
+
+    long = speech_file(tmp_path / "long.flac", LONG_CLIPS)
+    transcriber = Transcriber("base", draft="auto", chunked=True, batch_size=1)
+    alone = transcriber.transcribe(long)
+    batched = [r.transcription for r in transcriber.transcribe_many([long], batch_size=4)]
+    assert _same(batched[0], alone) and alone.language == "en" and alone.stats["windows"] >= 3
+    references = {r["id"]: r["text"] for r in map(json.loads, (CLIPS / "references.jsonl").read_text().splitlines())}
+    assert score([" ".join(references[clip] for clip in LONG_CLIPS)], [alone.text], "en").wer < 0.15, alone.text
+
+
+def test_chunked_asks_for_no_timestamps_inside_chunks():
+    from whisperspec.transcribe import Transcriber
+
+    with pytest.raises(ValueError, match="chunked"):
+        Transcriber.check_options(chunked=True, timestamps=True)
 
 
 # ------------------------------------------------------------------ resumable runs

@@ -76,6 +76,11 @@ def add_parity_options(parser: argparse.ArgumentParser) -> None:
                    help="words or phrases put ahead of every window's prompt")
     p.add_argument("--vad", action="store_true",
                    help="transcribe only the speech Silero VAD finds (times stay those of the original audio)")
+    p.add_argument("--chunked", action="store_true",
+                   help="long files: the speech VAD finds, cut into chunks of at most 30 s decoded together in "
+                        "batches (faster-whisper's BatchedInferencePipeline): faster on one long file; no "
+                        "previous-text prompt, a segment per chunk, each chunk decoded once at the first "
+                        "temperature")
     p.add_argument("--vad-filter", metavar="True|False", default=None,
                    help="True / False: the same as --vad (whisper-ctranslate2's)")
     p.add_argument("--vad-threshold", metavar="P", default=None,
@@ -114,10 +119,14 @@ def parity_settings(args: argparse.Namespace) -> dict:
     if args.fp16 is not None and options.boolean("fp16", args.fp16):
         warnings.warn("FP16 is not supported on CPU; using FP32 instead")  # what openai-whisper says on a CPU
     vad = args.vad or (args.vad_filter is not None and options.boolean("vad filter", args.vad_filter))
-    vad_parameters = {name: getattr(args, f"vad_{name}") for name in VAD_OPTIONS
-                      if getattr(args, f"vad_{name}") is not None}
-    if vad_parameters and not vad:
-        raise ValueError(f"--vad-{next(iter(vad_parameters)).replace('_', '-')}: needs --vad")
+    given = {name: getattr(args, f"vad_{name}") for name in VAD_OPTIONS if getattr(args, f"vad_{name}") is not None}
+    if given and not (vad or args.chunked):
+        raise ValueError(f"--vad-{next(iter(given)).replace('_', '-')}: needs --vad or --chunked")
+    checked = options.vad_options(given)  # a ValueError names a bad value
+    if args.chunked:  # chunked long-form's own VAD settings, with the ones given on top
+        vad_parameters = {name: getattr(checked, name) for name in given}
+    else:
+        vad_parameters = checked if vad else None
     beam_size = options.whole_number("beam size", args.beam_size)
     if beam_size > 1 and args.draft not in (defaults.DRAFT, "none"):
         warnings.warn(f"--draft {args.draft} drafts only windows decoded by sampling (fallback): beam search "
@@ -129,7 +138,7 @@ def parity_settings(args: argparse.Namespace) -> dict:
         length_penalty=args.length_penalty, best_of=args.best_of, hotwords=args.hotwords,
         condition_on_previous_text=options.boolean("condition on previous text", args.condition_on_previous_text),
         carry_initial_prompt=options.boolean("carry initial prompt", args.carry_initial_prompt),
-        vad=vad, vad_parameters=options.vad_options(vad_parameters) if vad else None)
+        vad=vad, chunked=args.chunked, vad_parameters=vad_parameters)
     if threads:
         torch.set_num_threads(threads)
     if args.model_dir:

@@ -70,6 +70,9 @@ BEAM_SIZE, PATIENCE, LENGTH_PENALTY, BEST_OF = 1, 1.0, None, 1
 VAD_THRESHOLD = 0.5
 VAD_MIN_SPEECH_DURATION_MS, VAD_MAX_SPEECH_DURATION_S = 0, float("inf")
 VAD_MIN_SILENCE_DURATION_MS, VAD_SPEECH_PAD_MS = 2000, 400
+# Chunked long-form (`--chunked`): faster-whisper's BatchedInferencePipeline's VAD settings, speech
+# ends after 160 ms of silence, in chunks of at most 30 s (one window).
+CHUNK_VAD_MIN_SILENCE_DURATION_MS, CHUNK_SECONDS = 160, 30.0
 
 # `whisperspec distill`
 DISTILL_EPOCHS = 5

@@ -150,6 +150,19 @@ def thresholds(compression_ratio_threshold=defaults.COMPRESSION_RATIO_THRESHOLD,
         no_speech_threshold=optional_number("no speech threshold", no_speech_threshold, minimum=0, maximum=1))
 
 
+def chunk_vad_options(parameters=None) -> dict:
+    """VAD parameters of chunked long-form: faster-whisper's BatchedInferencePipeline's (speech
+    regions end after 160 ms of silence and are split at 30 s, a chunk's length), `parameters` on
+    top (a region longer than a chunk is cut into chunks: `whisperspec.whisper.chunked`)."""
+    from dataclasses import asdict
+
+    from whisperspec.vad import VadOptions
+
+    given = asdict(parameters) if isinstance(parameters, VadOptions) else dict(parameters or {})
+    return {"min_silence_duration_ms": defaults.CHUNK_VAD_MIN_SILENCE_DURATION_MS,
+            "max_speech_duration_s": defaults.CHUNK_SECONDS, **given}
+
+
 def vad_options(parameters=None):
     """faster-whisper's `vad_parameters`: a dict of `VadOptions` fields or a VadOptions (None: the
     defaults), checked."""

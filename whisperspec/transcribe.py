@@ -18,6 +18,7 @@ from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.vad import SpeechDetector, SpeechMap
 from whisperspec.whisper.alignment import WordAligner
+from whisperspec.whisper.chunked import ChunkedWalk, chunk_spans
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, WindowResult, window_prompt
 from whisperspec.whisper.longform import FRAMES_PER_SECOND, LongformResult, LongformWalk, carry_window_scores
 from whisperspec.whisper.model import WhisperRuntime
@@ -42,6 +43,12 @@ class Transcriber:
     hotwords: text put ahead of every window's prompt (faster-whisper's).
     vad: transcribe only the speech Silero VAD finds (faster-whisper's vad_filter), with
     vad_parameters (a dict of `whisperspec.vad.VadOptions` fields, or one).
+    chunked: a long input's speech is cut into independent chunks of at most 30 s, decoded together
+    in batches of `batch_size` (faster-whisper's BatchedInferencePipeline: no previous-text
+    prompt, one segment per chunk, each decoded once at the first temperature;
+    `whisperspec.whisper.chunked`); implies VAD, whose regions are split at 30 s and end after 160
+    ms of silence unless vad_parameters say otherwise. batch_size: windows decoded together (a
+    chunked input's chunks; the files of `transcribe_many`).
     word_timestamps: each segment gets its words with start, end and probability
     (`whisperspec.whisper.alignment`); prepend_punctuations / append_punctuations join the word
     after / before them. online_learning: "on", a trained draft (`auto`, `trained`, a draft
@@ -61,7 +68,8 @@ class Transcriber:
                  seed: int = 0, sampling: str = "coupled", word_timestamps: bool = False,
                  prepend_punctuations: str = defaults.PREPEND_PUNCTUATIONS,
                  append_punctuations: str = defaults.APPEND_PUNCTUATIONS,
-                 online_learning: str = defaults.ONLINE_LEARNING):
+                 online_learning: str = defaults.ONLINE_LEARNING, chunked: bool = False,
+                 batch_size: int = defaults.BATCH_SIZE):
         from whisperspec.whisper.drafters import make_drafter
 
         started = time.perf_counter()
@@ -71,8 +79,13 @@ class Transcriber:
             timestamps=timestamps, temperature=temperature, seed=seed, sampling=sampling,
             compression_ratio_threshold=compression_ratio_threshold, logprob_threshold=logprob_threshold,
             no_speech_threshold=no_speech_threshold, beam_size=beam_size, patience=patience,
-            length_penalty=length_penalty, best_of=best_of, online_learning=online_learning)
-        self.speech_detector = SpeechDetector(options.vad_options(vad_parameters)) if vad else None
+            length_penalty=length_penalty, best_of=best_of, online_learning=online_learning, chunked=chunked,
+            vad=vad, vad_parameters=vad_parameters)
+        if batch_size < 1:
+            raise ValueError(f"batch size {batch_size!r}: at least 1")
+        self.chunked, self.batch_size = chunked, batch_size
+        vad_parameters = options.chunk_vad_options(vad_parameters) if chunked else vad_parameters
+        self.speech_detector = SpeechDetector(options.vad_options(vad_parameters)) if vad or chunked else None
         self.online_learning = online_learning == "on"
         try:
             self.bundle = load_whisper(options.check_model(model))
@@ -96,7 +109,7 @@ class Transcriber:
                       logprob_threshold=defaults.LOGPROB_THRESHOLD, no_speech_threshold=defaults.NO_SPEECH_THRESHOLD,
                       beam_size=defaults.BEAM_SIZE, patience=None, length_penalty=defaults.LENGTH_PENALTY,
                       best_of=defaults.BEST_OF, vad: bool = False, vad_parameters=None,
-                      online_learning: str = defaults.ONLINE_LEARNING, **_) -> tuple:
+                      online_learning: str = defaults.ONLINE_LEARNING, chunked: bool = False, **_) -> tuple:
         """The drafter spec and decoding options of these arguments, checked without loading
         anything (SpecError or ValueError naming the option); the other arguments are ignored."""
         from whisperspec.whisper.drafters import parse_draft_spec
@@ -113,8 +126,11 @@ class Transcriber:
         options.one_of("compute type", compute_type, COMPUTE_TYPES)
         options.one_of("online learning", online_learning, options.ONLINE_LEARNING)
         options.check_model(model)
-        if vad:
-            options.vad_options(vad_parameters)
+        if chunked and timestamps:
+            raise ValueError("chunked: each chunk is decoded as one segment, without timestamps "
+                             "(word timestamps split it finer)")
+        if vad or chunked:
+            options.vad_options(options.chunk_vad_options(vad_parameters) if chunked else vad_parameters)
         return spec, decode_options
 
     def transcribe(self, audio, *, sample_rate: int | None = None, max_seconds: float = DEFAULT_MAX_SECONDS,
@@ -130,6 +146,11 @@ class Transcriber:
         if walk is None:
             return self.finish(prepared, None)
         decoder = self.window_decoder()
+        if isinstance(walk, ChunkedWalk):  # its windows decode together, as a corpus's do
+            from whisperspec.corpus.batching import decode_alone
+
+            decode_alone(self, decoder, prepared, walk)
+            return self.finish(prepared, walk)
         encoder_seconds: list[float] = []
         started = time.perf_counter()
         with tqdm(total=prepared.content_frames, unit="frames", desc="transcribing",
@@ -148,7 +169,7 @@ class Transcriber:
     def transcribe_many(self, inputs, *, batch_size: int | None = None, max_seconds: float = DEFAULT_MAX_SECONDS,
                         on_progress=None, **overrides):
         """Transcribe many files, windows of several files decoded together in batches of
-        `batch_size` rows (default: `defaults.BATCH_SIZE`); each transcript is the one
+        `batch_size` rows (default: the transcriber's); each transcript is the one
         `transcribe` gives the file alone.
 
         inputs: paths, or `whisperspec.corpus.Source`s (a manifest's per-file language). Yields a
@@ -159,7 +180,7 @@ class Transcriber:
         """
         from whisperspec.corpus.batching import transcribe_batched
 
-        return transcribe_batched(self, inputs, batch_size=batch_size or defaults.BATCH_SIZE,
+        return transcribe_batched(self, inputs, batch_size=batch_size or self.batch_size,
                                   max_seconds=max_seconds, on_progress=on_progress, **overrides)
 
     def prepare(self, audio, *, sample_rate: int | None = None, max_seconds: float = DEFAULT_MAX_SECONDS,
@@ -203,6 +224,9 @@ class Transcriber:
         words = WordAligner(self.runtime, prepared.options.task, *self.punctuations) if prepared.word_timestamps else None
         if prepared.content_frames <= N_FRAMES and not prepared.options.timestamps:
             return OneWindow(prepared, self.runtime, words)
+        if self.chunked:
+            return ChunkedWalk(self.runtime, prepared.mel, prepared.content_frames, chunk_spans(prepared.speech.ends),
+                               prepared.options, prepared.prompt, prepared.carried, words)
         return LongformWalk(self.runtime, prepared.mel, prepared.content_frames, prepared.options, prepared.prompt,
                             self.condition_on_previous_text, prepared.carried, words)
 
@@ -264,6 +288,9 @@ class OneWindow:
     @property
     def done(self) -> bool:
         return self.window is not None
+
+    def ready(self) -> list["OneWindow"]:
+        return [] if self.done else [self]
 
     def window_mel(self) -> torch.Tensor:
         return self.prepared.mel[:, :N_FRAMES]

@@ -1,12 +1,13 @@
 """Many files through one transcriber, their windows decoded together.
 
-Each round takes the next window of every file in flight (up to the batch size), encodes them and
-decodes them together with the batched speculative loop (`WindowDecoder.decode_batch`: each row
-its own prompt, language and accepted length; rows leave the batch as they finish). A file's
-windows stay in order, since a long-form window starts where the previous one's timestamps ended
-and reads its text as a prompt; when a file finishes, the next file takes its row in the next
-round. Every transcript is the one `Transcriber.transcribe` gives that file alone: the same walk
-(`Transcriber.walk`), the same window decoder, each window encoded alone as it would be.
+Each round takes the windows the files in flight can decode now (up to the batch size), encodes
+them and decodes them together with the batched speculative loop (`WindowDecoder.decode_batch`:
+each row its own prompt, language and accepted length; rows leave the batch as they finish). A
+sequential long-form file has one such window at a time, since its next window starts where this
+one's timestamps end and reads its text as a prompt; a chunked one (`--chunked`) has all its
+chunks at once once its language is known. When a file finishes, the next file takes its place in
+the next round. Every transcript is the one `Transcriber.transcribe` gives that file alone: the
+same walk (`Transcriber.walk`), the same window decoder, each window encoded alone as it would be.
 
 Audio is read and featurised by a background thread (`AudioReader`), a bounded number of files
 ahead of the decoder, so memory holds the files in flight and a few more, never the corpus.
@@ -125,7 +126,7 @@ def transcribe_batched(transcriber, inputs: Iterable, *, batch_size: int, max_se
                 in_flight.append(_File(source, prepared, walk, time.perf_counter()))
             if not in_flight:
                 return
-            for group in _groups(in_flight):
+            for group in _groups(_rows(in_flight, batch_size)):
                 _decode_round(transcriber, decoder, group, on_progress)
             for file in [f for f in in_flight if f.walk.done]:
                 in_flight.remove(file)
@@ -135,43 +136,58 @@ def transcribe_batched(transcriber, inputs: Iterable, *, batch_size: int, max_se
         reader.close()
 
 
-def _groups(files: list[_File]) -> list[list[_File]]:
-    """Files whose windows decode with the same options but for the language (with and without
+def decode_alone(transcriber, decoder, prepared, walk) -> None:
+    """Decode the windows of one input's walk in rounds of up to `transcriber.batch_size` (a chunked
+    walk's windows decode together, as a corpus's do)."""
+    file = _File(None, prepared, walk, time.perf_counter())
+    while not walk.done:
+        for group in _groups(_rows([file], transcriber.batch_size)):
+            _decode_round(transcriber, decoder, group, None)
+
+
+def _rows(files: list[_File], batch_size: int) -> list[tuple[_File, object]]:
+    """This round's windows: what each file in flight can decode now, in order, up to the batch size."""
+    rows = [(file, window) for file in files for window in file.walk.ready()]
+    return rows[:batch_size]
+
+
+def _groups(rows: list[tuple[_File, object]]) -> list[list[tuple[_File, object]]]:
+    """Windows that decode with the same options but for the language (with and without
     timestamps, say) go together. Residual sampling draws every row's tokens from one random
     generator, so a sampled row would depend on its batch: such windows are decoded alone."""
-    groups: list[tuple[object, list[_File]]] = []
-    for file in files:
-        options = replace(file.walk.options, language=None)
+    groups: list[tuple[object, list]] = []
+    for row in rows:
+        options = replace(row[1].options, language=None)
         alone = options.sampling == "residual" and options.temperatures[0] > 0
         for shared, members in groups:
             if shared == options and not alone:
-                members.append(file)
+                members.append(row)
                 break
         else:
-            groups.append((options, [file]))
+            groups.append((options, [row]))
     return [members for _, members in groups]
 
 
 @torch.inference_mode()
-def _decode_round(transcriber, decoder, files: list[_File], on_progress) -> None:
-    """Every file's next window, decoded together. Each window is encoded alone, exactly as a
-    one-file run encodes it (on a CPU a batch of windows encodes no faster: every 30-s window is
-    already a large product)."""
+def _decode_round(transcriber, decoder, rows: list[tuple[_File, object]], on_progress) -> None:
+    """These windows, decoded together. Each window is encoded alone, exactly as a one-file run
+    encodes it (on a CPU a batch of windows encodes no faster: every 30-s window is already a large
+    product)."""
     runtime = transcriber.runtime
     windows = []
-    for file in files:
+    for file, row in rows:
         started = time.perf_counter()
-        windows.append(runtime.encode(file.walk.window_mel()[None]))
+        windows.append(runtime.encode(row.window_mel()[None]))
         _add_ms(file, "encoder_ms", time.perf_counter() - started)
     window = EncodedWindow(torch.cat([w.mel for w in windows]), torch.cat([w.hidden for w in windows]))
-    options = files[0].walk.options
+    options = rows[0][1].options
     started = time.perf_counter()
-    results = decoder.decode_batch(window, options, [f.walk.prompt for f in files],
-                                   [f.walk.options.language for f in files])
-    share = (time.perf_counter() - started) / len(files)  # a batch's decoding, shared by its rows
-    for file, result, alone in zip(files, results, windows):
+    results = decoder.decode_batch(window, options, [row.prompt for _, row in rows],
+                                   [row.options.language for _, row in rows])
+    share = (time.perf_counter() - started) / len(rows)  # a batch's decoding, shared by its rows
+    for (file, row), result, alone in zip(rows, results, windows):
         started = time.perf_counter()
-        seconds = file.walk.advance(result, alone.hidden)
+        seconds = row.advance(result, alone.hidden)
         _add_ms(file, "decoder_ms", share + time.perf_counter() - started)
         if on_progress:
             on_progress(seconds)

@@ -5,6 +5,7 @@ exit (model load included, as a user meets it); systems are interleaved within e
 ratios come from one run:
 
     whisperspec       `whisperspec transcribe DIR --output-dir OUT` (corpus mode: batched, --draft)
+    chunked           the same with --chunked (a long file's speech in chunks decoded together)
     greedy            the same command one file at a time without a draft (--batch-size 1 --draft none)
     faster-whisper    faster-whisper int8, file by file (greedy, no VAD)
     fw-batched        faster-whisper int8 `BatchedInferencePipeline`, batch 8 (VAD chunks)
@@ -14,7 +15,7 @@ references, and how many transcripts are identical between `whisperspec` and `gr
 check, end to end).
 
     whisperspec bench-corpus --data asterisk-en --limit 64
-    whisperspec bench-corpus --data asterisk-en-long --limit 4
+    whisperspec bench-corpus --data asterisk-en-long --limit 4 --systems whisperspec,chunked,greedy,faster-whisper,fw-batched
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from whisperspec import defaults
 
-SYSTEMS = ("whisperspec", "greedy", "faster-whisper", "fw-batched")
+SYSTEMS = ("whisperspec", "chunked", "greedy", "faster-whisper", "fw-batched")
+DEFAULT_SYSTEMS = ("whisperspec", "greedy", "faster-whisper", "fw-batched")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=defaults.MODEL)
     parser.add_argument("--draft", default="auto", help="whisperspec's DRAFT[@LOOKAHEAD] (default auto)")
     parser.add_argument("--batch-size", type=int, default=None, help=f"whisperspec's (default {defaults.BATCH_SIZE})")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {', '.join(SYSTEMS)}")
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma-separated, of {', '.join(SYSTEMS)}")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--workdir", type=Path, default=None, help="where the outputs go (default: a temporary folder)")
     args = parser.parse_args(argv)
@@ -80,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 def _command(name: str, args, corpus: Path, out: Path, language: str) -> list[str]:
     ours = [sys.executable, "-m", "whisperspec.cli", "transcribe", str(corpus), "--model", args.model,
             "--language", language, "--output-dir", str(out), "--quiet", "--overwrite"]
-    if name == "whisperspec":
-        return ours + ["--draft", args.draft] + (["--batch-size", str(args.batch_size)] if args.batch_size else [])
+    if name in ("whisperspec", "chunked"):
+        return ours + ["--draft", args.draft] + (["--batch-size", str(args.batch_size)] if args.batch_size else []) \
+            + (["--chunked"] if name == "chunked" else [])
     if name == "greedy":
         return ours + ["--draft", "none", "--batch-size", "1"]
     from whisperspec.models import EMBEDDED_MODELS, ct2_model_dir

@@ -62,6 +62,10 @@ class LongformWalk:
     def done(self) -> bool:
         return self.seek >= self.content_frames
 
+    def ready(self) -> list["LongformWalk"]:
+        """The windows that can be decoded now: the next one (itself), as each waits for the last."""
+        return [] if self.done else [self]
+
     def window_mel(self) -> torch.Tensor:
         return self.mel[:, self.seek:self.seek + N_FRAMES]
 
