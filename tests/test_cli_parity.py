@@ -181,3 +181,14 @@ def test_a_typical_openai_whisper_command_line_runs_unchanged(tmp_path, monkeypa
     assert cli_main(["transcribe", str(CLIPS / "basic-pbx-ivr-main.flac"), "--language", "en", "--hotwords",
                      "Super Awesome Company, Waldo", "--condition_on_previous_text", "False"]) == 0
     assert "Waldo's premier provider" in capsys.readouterr().out
+
+
+def test_the_language_table_is_whispers_as_transformers_has_it():
+    """whisperspec.languages is a copy (importing transformers to read it would cost the command
+    line half a second): the same codes, names and aliases, in the same order."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
+    from whisperspec import languages
+
+    assert list(languages.LANGUAGES.items()) == list(LANGUAGES.items())
+    assert languages.TO_LANGUAGE_CODE == TO_LANGUAGE_CODE

@@ -192,8 +192,9 @@ def test_a_transcription_from_the_command_line_path_imports_no_transformers_libr
     import sys
 
     code = ("import sys\nfrom whisperspec.transcribe import Transcriber\n"
-            f"result = Transcriber().transcribe({str(ROOT / 'data' / 'sample.flac')!r})\n"
-            "assert 'representative' in result.text, result.text\n"
+            "for language in (None, 'English'):  # detected, or given by name\n"
+            f"    result = Transcriber(language=language).transcribe({str(ROOT / 'data' / 'sample.flac')!r})\n"
+            "    assert 'representative' in result.text, result.text\n"
             "print(sorted(m for m in ('transformers', 'librosa', 'av') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

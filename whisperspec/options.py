@@ -24,7 +24,7 @@ def language_code(language: str | None) -> str | None:
     None (detect) passes through, also spelled "None" (openai-whisper's command line)."""
     if language is None or str(language).strip().lower() in ("", "none"):
         return None
-    from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+    from whisperspec.languages import LANGUAGES, TO_LANGUAGE_CODE
 
     text = str(language).strip().lower()
     if text in LANGUAGES:
