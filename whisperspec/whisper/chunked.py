@@ -26,16 +26,14 @@ from dataclasses import replace
 
 import torch
 
+from whisperspec.audio import HOP_LENGTH, N_SAMPLES
 from whisperspec.result import Segment
 from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.alignment import WordAligner
 from whisperspec.whisper.decode import DecodeOptions, WindowResult, window_prompt
 from whisperspec.whisper.longform import FRAMES_PER_SECOND, N_FRAMES, LongformResult, carry_window_scores
 
-HOP = 160  # audio samples per mel frame
-
-
-def chunk_spans(region_ends: list[int], limit: int = N_FRAMES * HOP) -> list[tuple[int, int]]:
+def chunk_spans(region_ends: list[int], limit: int = N_SAMPLES) -> list[tuple[int, int]]:
     """[start, end) sample spans of joined speech (regions back to back, the i-th ending at
     `region_ends[i]`): consecutive regions together while they fit in `limit` samples (faster-whisper's
     `collect_chunks`), a region longer than `limit` cut into pieces of `limit`."""
@@ -65,44 +63,38 @@ class ChunkedWalk:
         self.runtime, self.mel, self.content_frames, self.words = runtime, mel, content_frames, words
         self.options = replace(options, temperatures=options.temperatures[:1])
         self.prompt = window_prompt(list(carried), list(initial_prompt))
-        frames = [(start // HOP, min(end // HOP, content_frames)) for start, end in spans]
+        frames = [(start // HOP_LENGTH, min(end // HOP_LENGTH, content_frames)) for start, end in spans]
         self.chunks = [_Chunk(self, index, start, end) for index, (start, end) in enumerate(frames) if end > start]
-        self.results: list[WindowResult | None] = [None] * len(self.chunks)
-        self.segments: list[list[Segment]] = [[] for _ in self.chunks]
-        self.taken = 0  # chunks advanced, in order
+        self.results: list[WindowResult] = []  # of the chunks taken so far, in order
+        self.segments: list[Segment] = []
+        self.stats = SpeculationStats()
 
     @property
     def done(self) -> bool:
-        return self.taken == len(self.chunks)
+        return len(self.results) == len(self.chunks)
 
     def ready(self) -> list["_Chunk"]:
-        waiting = [chunk for chunk in self.chunks if self.results[chunk.index] is None]
+        waiting = self.chunks[len(self.results):]
         return waiting[:1] if self.options.language is None else waiting
 
     def take(self, chunk: "_Chunk", result: WindowResult, hidden: torch.Tensor | None) -> float:
-        if chunk.index != self.taken:  # word timestamps carry the last speech's end from chunk to chunk
-            raise ValueError(f"chunk {chunk.index} advanced before chunk {self.taken}")
-        self.taken += 1
-        self.results[chunk.index] = result
+        if chunk.index != len(self.results):  # word timestamps carry the last speech's end from chunk to chunk
+            raise ValueError(f"chunk {chunk.index} advanced before chunk {len(self.results)}")
+        self.results.append(result)
+        self.stats.merge(result.stats)
         self.options = replace(self.options, language=result.language)
         offset, frames = chunk.start / FRAMES_PER_SECOND, chunk.end - chunk.start
-        if not result.is_silence(self.options):
-            text = self.runtime.decode_text(result.tokens)
-            if text.strip():
-                segments = [Segment(offset, round(chunk.end / FRAMES_PER_SECOND, 3), text, result.tokens,
-                                    result.from_draft)]
-                carry_window_scores(segments, result)
-                if self.words is not None:
-                    self.words.add(hidden, segments, result.language, offset, frames)
-                self.segments[chunk.index] = segments
+        text = "" if result.is_silence(self.options) else self.runtime.decode_text(result.tokens)
+        if text.strip():
+            segment = Segment(offset, chunk.end / FRAMES_PER_SECOND, text, result.tokens, result.from_draft)
+            carry_window_scores([segment], result)
+            if self.words is not None:
+                self.words.add(hidden, [segment], result.language, offset, frames)
+            self.segments.append(segment)
         return frames / FRAMES_PER_SECOND
 
     def result(self) -> LongformResult:
-        stats = SpeculationStats()
-        for result in self.results:
-            stats.merge(result.stats)
-        return LongformResult([s for segments in self.segments for s in segments], self.options.language,
-                              self.results, stats)
+        return LongformResult(self.segments, self.options.language, self.results, self.stats)
 
 
 class _Chunk:
