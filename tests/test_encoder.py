@@ -66,6 +66,25 @@ def test_int8_products_are_close_and_quantise_each_window_alone():
         assert torch.equal(both[0], linear(x[0])) and torch.equal(both[1], linear(x[1:])[0])
 
 
+
+def test_a_drafts_int8_product_is_close_and_rounds_as_torchs_own_quantisation():
+    """A draft's product (one weight scale, the input quantised as one) is still close; both kinds
+    round their weights as torch.quantize_per_channel / quantize_per_tensor do."""
+    generator = torch.Generator().manual_seed(1)
+    weight, bias = torch.randn(96, 64, generator=generator), torch.randn(96, generator=generator)
+    x = torch.randn(2, 5, 64, generator=generator)
+    with torch.inference_mode():
+        assert _relative_error(Int8Linear(weight, bias, draft=True)(x), x @ weight.T + bias) < 0.03
+    for draft in (False, True):
+        packed = Int8Linear(weight, bias, draft=draft).packed
+        ours = torch.ops.quantized.linear_unpack(packed)[0]
+        if draft:
+            reference = torch.quantize_per_tensor(weight, ours.q_scale(), 0, torch.qint8)
+        else:
+            reference = torch.quantize_per_channel(weight, ours.q_per_channel_scales(),
+                                                   torch.zeros(96, dtype=torch.long), 0, torch.qint8)
+        assert torch.equal(ours.int_repr(), reference.int_repr())
+
 @needs_onednn
 def test_int8_encoder_is_close_to_float32_and_encodes_each_window_alone():
     exact = tiny_runtime(0, dtype=torch.float32)

@@ -1,4 +1,5 @@
-"""int8 matrix products for the window-level work of compute type int8 (faster-whisper's `int8`).
+"""int8 matrix products: the window-level work of compute type int8 (faster-whisper's `int8`), and
+every linear of the int8 drafts (`whisperspec.whisper.drafters.draft_models.int8_decoder`).
 
 Weights are quantised once per output channel (symmetric int8, scale = row max / 127); each call
 quantises its input on the fly (fbgemm's dynamic linear: one scale for the whole input). On this
@@ -9,7 +10,8 @@ Because the input scale is shared by every row of a call, a row's result depends
 is quantised with. `Int8Linear` therefore quantises each leading-dimension item (one 30-s window
 of 1500 frames) on its own: a window's result never depends on the batch it is decoded in. The
 decoder's per-token products stay float32 for the same reason: a k-token verify pass would
-quantise its tokens together, and the main model's output would depend on what was drafted.
+quantise its tokens together, and the main model's output would depend on what was drafted. A
+draft's output only has to be cheap: its products quantise the whole input at once.
 """
 
 from __future__ import annotations
@@ -22,27 +24,46 @@ from torch import nn
 
 
 class Int8Linear(nn.Module):
-    """y = x @ weight.T + bias with int8 weights; x [..., frames, in], quantised per leading item."""
+    """y = x @ weight.T + bias with int8 weights; x [..., frames, in], quantised per leading item.
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    `draft=True`: a draft's product, where only speed matters. Its input is quantised as one (one
+    call, not one per row) and its weight with one scale (packing it takes half as long as with
+    one per output channel, and `auto` builds a draft when it expects the build to pay).
+    TorchScript-able, so a compiled draft pass (`whisperspec.whisper.decoder_pass`) can hold it.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, draft: bool = False):
         super().__init__()
         weight = weight.detach().float()
         self.out_features = weight.shape[0]
-        scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12).double()
+        self.per_item, self.reduce_range = not draft, _reduce_range()
         bias = None if bias is None else bias.detach().float()
+        # torch.quantize_per_channel's rounding (x times the float inverse of the scale, to nearest
+        # even), done here in two vectorised ops: its own kernel takes twice as long as the packing
+        if draft:
+            scale = max(float(weight.abs().max()) / 127, 1e-12)
+            values = torch.round(weight * (1.0 / torch.tensor(scale))).clamp_(-128, 127).to(torch.int8)
+        else:
+            scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12).double()
+            values = torch.round(weight * (1.0 / scales.float())[:, None]).clamp_(-128, 127).to(torch.int8)
         with warnings.catch_warnings():
             # torch deprecates its quantised tensors in favour of torchao, whose CPU int8 products
             # are far slower (see whisperspec.whisper.drafters.draft_models.int8_decoder)
             warnings.filterwarnings("ignore", message=".*deprecated.*")
-            quantized = torch.quantize_per_channel(weight, scales, torch.zeros(len(scales), dtype=torch.long),
-                                                   0, torch.qint8)
+            if draft:
+                quantized = torch._make_per_tensor_quantized_tensor(values, scale, 0)
+            else:
+                zero_points = torch.zeros_like(scales, dtype=torch.long)
+                quantized = torch._make_per_channel_quantized_tensor(values, scales, zero_points, 0)
             self.packed = torch.ops.quantized.linear_prepack(quantized, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() <= 2:
-            return torch.ops.quantized.linear_dynamic(x.float(), self.packed, _reduce_range())
-        items = x.reshape(-1, *x.shape[-2:])
-        return torch.stack([self(item) for item in items]).reshape(*x.shape[:-1], self.out_features)
+        x = x.float()
+        if not self.per_item or x.dim() <= 2:
+            return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
+        items = x.reshape(-1, x.shape[-2], x.shape[-1]).unbind(0)
+        outputs = [torch.ops.quantized.linear_dynamic(item, self.packed, self.reduce_range) for item in items]
+        return torch.stack(outputs).reshape(x.shape[:-1] + (self.out_features,))
 
 
 @functools.cache

@@ -17,8 +17,8 @@ from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
 
 # Priors (docs/BENCHMARKS.md has the measurements): per-token acceptance, the cost of drafting one
 # token as a share of a plain step of the main model, and of building the drafter in plain steps.
-TRAINED_STEP_COST, TRAINED_BUILD_COST = 0.08, 15
-INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 25
+TRAINED_STEP_COST, TRAINED_BUILD_COST = 0.08, 12
+INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 12
 NGRAM_ACCEPTANCE = 0.2
 
 

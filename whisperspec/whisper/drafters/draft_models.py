@@ -13,11 +13,11 @@ of a draft step, and the verifier still decides on the full vocabulary, so outpu
 from __future__ import annotations
 
 import copy
-import warnings
 
 import torch
 from torch import nn
 
+from whisperspec.kernels.int8_linear import Int8Linear
 from whisperspec.kernels.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import DraftModel
 from whisperspec.whisper.drafters.adapters import adapter_parameters
@@ -134,31 +134,30 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     (`whisperspec.whisper.drafters.adapters`) stay float and shared with it: whoever trains them
     changes what the copy computes.
 
-    Every linear is dynamically quantised (int8 weights, activations quantised per call): a draft
+    Every linear becomes an `Int8Linear` (int8 weights, activations quantised per call): a draft
     step costs about half of its float32 one, with the same acceptance (docs/BENCHMARKS.md).
+    Building it is quantising and packing each weight once: `auto` builds a draft as soon as it
+    expects to repay that, so the build stays a few plain steps' worth.
     """
-    # torch.ao's quantize_dynamic is deprecated in favour of torchao's quantize_, and it warns so.
-    # We keep it because torchao's CPU int8 linear is a slow reference path (aten::_int_mm plus
-    # dtype conversions around it), several times slower than this one for a decoder step
-    # (docs/BENCHMARKS.md, "int8 kernels"). Revisit when torchao gets a fast CPU int8 kernel.
-    from torch.ao.quantization import quantize_dynamic
-
-    # The copy shares the token embeddings (a lookup table, never quantised: 106 MB for base)
-    # when they are already float32, so .float() leaves them as they are.
+    # torchao's CPU int8 linear (what torch now recommends over its own quantised tensors) is a slow
+    # reference path (aten::_int_mm plus dtype conversions around it), several times slower than
+    # fbgemm's for a decoder step (docs/BENCHMARKS.md, "int8 kernels"); torch.ao's quantize_dynamic
+    # packs each weight three times. Revisit when torchao gets a fast CPU int8 kernel.
+    linears = {name: module for name, module in decoder.named_modules() if type(module) is nn.Linear}
+    # The copy shares what it does not change: the token embeddings (a lookup table, never
+    # quantised: 106 MB for base) when already float32, the adapters, and the float linear weights,
+    # which it drops right away; the rest (norms, positions) is its own.
     embeddings = decoder.embed_tokens.weight
     memo = {id(embeddings): embeddings} if embeddings.dtype == torch.float32 else {}
     memo.update({id(p): p for p in adapter_parameters(decoder)})
-    decoder = copy.deepcopy(decoder, memo).float()  # int8 kernels take float32 activations
-    modules = nn.ModuleDict({"decoder": decoder})
+    memo.update({id(t): t for linear in linears.values() for t in (linear.weight, linear.bias) if t is not None})
+    copied = copy.deepcopy(decoder, memo)
+    for name, linear in linears.items():
+        parent, _, attribute = name.rpartition(".")
+        setattr(copied.get_submodule(parent), attribute, Int8Linear(linear.weight, linear.bias, draft=True))
+    copied.float()  # int8 kernels take float32 activations
     if head is None:
-        weight = head_weight.detach().float()
-        weight = weight if vocab_ids is None else weight[vocab_ids]
-        # a skeleton (initialising 25k random rows costs more than quantising them), its weight set below
-        modules["head"] = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
-        modules["head"].weight = nn.Parameter(weight, requires_grad=False)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(deprecated|migrat).*")  # the choice is explained above
-        # inplace: `decoder` is already our copy (by default quantize_dynamic deep-copies it again)
-        quantized = quantize_dynamic(modules, {nn.Linear}, dtype=torch.qint8, inplace=True)
-    return KVDecoder(quantized["decoder"], head if head is not None else quantized["head"], max_length=max_length,
-                     cross_pool=cross_pool)
+        weight = head_weight.detach() if vocab_ids is None else head_weight.detach()[vocab_ids]
+        head = Int8Linear(weight, draft=True)
+    return KVDecoder(copied, head, max_length=max_length, cross_pool=cross_pool)
+
