@@ -38,8 +38,8 @@ class Int8Linear(nn.Module):
         self.out_features = weight.shape[0]
         self.per_item, self.reduce_range = not draft, _reduce_range()
         bias = None if bias is None else bias.detach().float()
-        # torch.quantize_per_channel's rounding (x times the float inverse of the scale, to nearest
-        # even), done here in two vectorised ops: its own kernel takes twice as long as the packing
+        # torch's own quantisation rounding (x times the float inverse of the scale, to nearest
+        # even) in two vectorised ops: torch.quantize_per_channel's kernel takes longer than packing
         if draft:
             scale = max(float(weight.abs().max()) / 127, 1e-12)
             values = torch.round(weight * (1.0 / torch.tensor(scale))).clamp_(-128, 127).to(torch.int8)
