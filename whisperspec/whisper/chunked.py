@@ -33,6 +33,7 @@ from whisperspec.whisper.alignment import WordAligner
 from whisperspec.whisper.decode import DecodeOptions, WindowResult, window_prompt
 from whisperspec.whisper.longform import FRAMES_PER_SECOND, N_FRAMES, LongformResult, carry_window_scores
 
+
 def chunk_spans(region_ends: list[int], limit: int = N_SAMPLES) -> list[tuple[int, int]]:
     """[start, end) sample spans of joined speech (regions back to back, the i-th ending at
     `region_ends[i]`): consecutive regions together while they fit in `limit` samples (faster-whisper's
