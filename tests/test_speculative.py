@@ -9,6 +9,7 @@ import torch
 
 from tiny_models import random_mel, tiny_runtime, tiny_whisper
 from whisperspec.distill.layout import draft_from_main
+from whisperspec.kernels.packed_linear import packed_copy
 from whisperspec.speculative.drafters.select import SelectingDrafter
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.whisper.drafters import make_drafter
@@ -16,6 +17,8 @@ from whisperspec.whisper.drafters.draft_models import shared_cross_layers
 from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 from whisperspec.whisper.drafters.trained import distilled_drafter, without_prompt
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
+from whisperspec.whisper.decoder_pass import DecoderLayer, PackedDecoderLayer
+from whisperspec.whisper.kv_decoder import KVDecoder
 
 DRAFTERS = ["ngram", "early-exit:1", "early-exit:3", "int8", "int8:2000", "distil", "separate", "auto", "switching"]
 LOOKAHEADS = ["1", "2", "5", "8", "heuristic", "confidence", "cost"]
@@ -145,6 +148,36 @@ def test_the_compiled_single_row_pass_is_the_eager_pass_bit_for_bit(dtype):
         assert decoder.single_row_passes[head or decoder.head] is not None
         eager, compiled = runs
         assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+def test_the_fused_decoder_layer_is_the_plain_one_bit_for_bit():
+    """A float32 decoder's layers run `PackedDecoderLayer` (q, k and v in one product, the query
+    scale in the weights, GELU and residuals inside the products): the same logits and cache as
+    `DecoderLayer` on the same packed linears, for one row and ragged rows, one token and several,
+    an early exit, and the compiled pass."""
+    runtime = tiny_runtime(6, dtype=torch.float32)
+    fused = runtime.decoder
+    assert all(type(layer) is PackedDecoderLayer for layer in fused.layer_passes)
+    plain = KVDecoder(packed_copy(runtime.model.model.decoder), fused.head)
+    plain.layer_passes = [DecoderLayer(layer, plain.n_heads, plain.head_dim, plain.scaling) for layer in plain.layers]
+    hidden = runtime.encode(random_mel(6, batch=2, dtype=torch.float32)).hidden
+    runs = []
+    for decoder in (plain, fused):
+        decoder.compile_after = 1  # one-row passes after the first run compiled
+        decoder.start(hidden)
+        outputs = [decoder.forward(torch.tensor([[50257, 50362, 440], [50257, 50362, 11]])),
+                   decoder.forward(torch.tensor([[262], [13]]))]
+        decoder.reorder(torch.tensor([1]))
+        for feed, exit_layer in (([314], 1), ([314, 11], None), ([440, 13], 1), ([440, 13, 262], None)):
+            outputs.append(decoder.forward(torch.tensor([feed]), exit_layer=exit_layer))
+        outputs += [t[:, :, :10].clone() for pair in decoder.self_kv for t in pair]
+        decoder.start(hidden[:1])
+        outputs += [decoder.forward(torch.tensor([feed])) for feed in ([50257, 50362], [440], [262, 13, 11])]
+        outputs += [t[:, :, :10].clone() for pair in decoder.self_kv for t in pair]
+        runs.append(outputs)
+    assert fused.single_row_passes[fused.head] is not None
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
 @pytest.mark.parametrize("timestamps", [False, True])

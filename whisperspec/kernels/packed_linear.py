@@ -38,11 +38,11 @@ class PackedLinear(nn.Module):
     float64 exact tests, a torch without the op) runs `F.linear` as well.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, pack: bool = True):
         super().__init__()
         self.weight = weight.detach()  # shared with the model, not copied
         self.bias = None if bias is None else bias.detach()
-        self.packed = packed_weight(self.weight)
+        self.packed = packed_weight(self.weight) if pack else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-able (`whisperspec.whisper.decoder_pass`)
         packed = self.packed
@@ -74,19 +74,24 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-def packed_copy(module: nn.Module) -> nn.Module:
+def packed_copy(module: nn.Module, unpacked: tuple[str, ...] = ()) -> nn.Module:
     """A copy of `module` whose float `nn.Linear`s are `PackedLinear`s; every parameter and buffer
-    is shared with `module` (only the module objects and the packed weights are new)."""
+    is shared with `module` (only the module objects and the packed weights are new).
+
+    `unpacked`: names (their last parts, e.g. "self_attn.q_proj") of linears whose products a
+    caller makes itself from their weights (`whisperspec.whisper.decoder_pass.PackedDecoderLayer`
+    fuses several into one): they are not packed for nothing, and run `F.linear` if called."""
     shared = {id(t): t for t in [*module.parameters(), *module.buffers()]}
     # a module that already holds PackedLinears shares their packed weights too (opaque tensors
     # that deepcopy cannot copy anyway)
     shared.update({id(m.packed): m.packed for m in module.modules()
                    if isinstance(m, PackedLinear) and m.packed is not None})
     clone = copy.deepcopy(module, shared)
-    for parent in clone.modules():
+    for path, parent in clone.named_modules():
         for name, child in parent.named_children():
             if type(child) is nn.Linear:  # exactly: quantised and other subclasses keep their own forward
-                setattr(parent, name, PackedLinear(child.weight, child.bias))
+                pack = not f"{path}.{name}".endswith(tuple(f".{skipped}" for skipped in unpacked))
+                setattr(parent, name, PackedLinear(child.weight, child.bias, pack=pack))
     return clone
 
 

@@ -2,8 +2,9 @@
 
 `DecoderLayer` is the one implementation of a Whisper decoder layer over our KV cache: every pass
 of `KVDecoder` runs it, for any batch (ragged rows write their cache entries by scatter and see
-only their own keys through the mask). `SingleRowPass` is a pass for a batch of one row, embeddings
-to logits, which `KVDecoder` runs compiled with TorchScript.
+only their own keys through the mask). `PackedDecoderLayer` is the same layer in fewer oneDNN
+products, what a float32 decoder runs (`packed_decoder`). `SingleRowPass` is a pass for a batch of
+one row, embeddings to logits, which `KVDecoder` runs compiled with TorchScript.
 
 Decoding one window runs one row, and each of its passes is a few dozen small ops. In eager mode
 the Python between them costs as much as the kernels of a distilled draft's step, and a good share
@@ -17,12 +18,16 @@ scripting fails (a layer it does not know, a future torch without it), and the e
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import List
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from whisperspec.kernels.blocked_attention import AVAILABLE
+from whisperspec.kernels.packed_linear import PackedLinear, packed_copy, packed_weight
 
 
 def split_heads(x: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
@@ -106,6 +111,100 @@ class DecoderLayer(nn.Module):
 
     def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden + self.fc2(F.gelu(self.fc1(self.ffn_norm(hidden))))  # Whisper's exact GELU
+
+
+# the linears whose products `PackedDecoderLayer` makes itself, fused, from their weights
+FUSED_AWAY = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "encoder_attn.q_proj")
+# and those whose packed weights it runs with GELU or a residual addition inside
+FUSED_INTO = ("self_attn.out_proj", "encoder_attn.out_proj", "fc1", "fc2")
+
+
+def packed_decoder(decoder: nn.Module) -> nn.Module:
+    """A copy of a Whisper decoder whose linears run on oneDNN (`packed_copy`, sharing every
+    weight), leaving unpacked those that its layers' `PackedDecoderLayer`s fuse away."""
+    linears = [layer.get_submodule(name) for layer in decoder.layers for name in FUSED_AWAY + FUSED_INTO]
+    fuses = (AVAILABLE and _power_of_two(decoder.layers[0].self_attn.scaling)
+             and all(type(m) is nn.Linear and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"
+                     for m in linears))
+    return packed_copy(decoder, unpacked=FUSED_AWAY if fuses else ())
+
+
+def layer_pass(layer: nn.Module, n_heads: int, head_dim: int, scaling: float) -> DecoderLayer:
+    """The fused pass of a layer whose linears are packed (`PackedDecoderLayer.fits`), else the plain one."""
+    kind = PackedDecoderLayer if PackedDecoderLayer.fits(layer, scaling) else DecoderLayer
+    return kind(layer, n_heads, head_dim, scaling)
+
+
+class PackedDecoderLayer(DecoderLayer):
+    """`DecoderLayer` in fewer products, on oneDNN's packed weights: the queries, keys and values in
+    one product (the query scale folded into its weights: a power of two, so exactly), the cross-
+    attention queries likewise scaled, GELU and every residual addition inside the products.
+
+    The logits and cache entries are bit for bit those of `DecoderLayer` on `PackedLinear`s (each
+    output column is the same dot product, each addition the same one; tested), and a step is
+    faster: fewer, larger products (each call has a fixed cost, and a larger one reads its weight
+    closer to memory speed) and fewer ops between them (docs/BENCHMARKS.md, "the fused decoder layer")."""
+
+    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float):
+        super().__init__(layer, n_heads, head_dim, scaling)
+        attn, cross = layer.self_attn, layer.encoder_attn
+        self.width = attn.q_proj.weight.shape[0]
+        self.qkv_weight = packed_weight(torch.cat([attn.q_proj.weight * scaling, attn.k_proj.weight,
+                                                   attn.v_proj.weight]))
+        self.qkv_bias = torch.cat([_bias(attn.q_proj) * scaling, _bias(attn.k_proj), _bias(attn.v_proj)])
+        self.cross_q_weight = packed_weight(cross.q_proj.weight * scaling)
+        self.cross_q_bias = _bias(cross.q_proj) * scaling
+        del self.q, self.k, self.v, self.cross_q  # fused above: TorchScript need not see them
+
+    @staticmethod
+    def fits(layer: nn.Module, scaling: float) -> bool:
+        fused = [layer.get_submodule(name) for name in FUSED_AWAY]
+        packed = [layer.get_submodule(name) for name in FUSED_INTO]
+        return (_power_of_two(scaling) and all(type(m) is PackedLinear for m in fused + packed)
+                and all(m.packed is not None for m in packed)
+                and all(m.weight.dtype == torch.float32 for m in fused))
+
+    def attend_self(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        qkv = torch.ops.mkldnn._linear_pointwise(self.self_norm(hidden), self.qkv_weight, self.qkv_bias, "none", [], "")
+        q, k, v = qkv.split(self.width, dim=-1)
+        self._write(k_cache, positions, self._heads(k))
+        self._write(v_cache, positions, self._heads(v))
+        end = int(positions.max()) + 1
+        out = F.scaled_dot_product_attention(self._heads(q), k_cache[:, :, :end], v_cache[:, :, :end],
+                                             attn_mask=mask, scale=1.0)
+        return _plus_product(hidden, merge_heads(out), self.out.packed, self.out.bias)
+
+    def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
+        queries = torch.ops.mkldnn._linear_pointwise(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias,
+                                                     "none", [], "")
+        return self._heads(queries)
+
+    def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
+        out = F.scaled_dot_product_attention(self.cross_queries(hidden), k_cross, v_cross, scale=1.0)
+        return _plus_product(hidden, merge_heads(out), self.cross_out.packed, self.cross_out.bias)
+
+    def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        # "gelu" with "none": the exact (erf) GELU, Whisper's
+        inner = torch.ops.mkldnn._linear_pointwise(self.ffn_norm(hidden), self.fc1.packed, self.fc1.bias, "gelu", [],
+                                                   "none")
+        return _plus_product(hidden, inner, self.fc2.packed, self.fc2.bias)
+
+
+def _plus_product(residual: torch.Tensor, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None):
+    """residual + (x @ weight.T + bias), the addition inside oneDNN's product."""
+    if torch.jit.is_scripting():  # TorchScript picks the overload from the arguments
+        return torch.ops.mkldnn._linear_pointwise(x, residual, packed, bias, "add")
+    # eager, that lookup costs more than the product: name the overload
+    return torch.ops.mkldnn._linear_pointwise.binary(x, residual, packed, bias, "add")
+
+
+def _bias(linear: nn.Module) -> torch.Tensor:
+    return linear.bias if linear.bias is not None else torch.zeros(linear.weight.shape[0])
+
+
+def _power_of_two(x: float) -> bool:
+    return x > 0 and math.frexp(x)[0] == 0.5
 
 
 class SingleRowPass(nn.Module):

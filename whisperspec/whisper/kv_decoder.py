@@ -22,8 +22,9 @@ import torch
 from torch import nn
 
 from whisperspec.kernels.int8_linear import Int8Linear
-from whisperspec.kernels.packed_linear import PackedLinear, packed_copy
-from whisperspec.whisper.decoder_pass import DecoderLayer, attention_mask, script_single_row_pass, split_heads
+from whisperspec.kernels.packed_linear import PackedLinear
+from whisperspec.whisper.decoder_pass import (attention_mask, layer_pass, packed_decoder, script_single_row_pass,
+                                              split_heads)
 
 
 # Compiling a pass (scripting it, then TorchScript's two profiling runs) costs as much as a few
@@ -44,7 +45,7 @@ class KVDecoder:
         self.n_heads, self.head_dim = attn.num_heads, attn.head_dim
         self.scaling = attn.scaling
         self.n_layers = len(self.layers)
-        self.layer_passes = [DecoderLayer(layer, self.n_heads, self.head_dim, self.scaling) for layer in self.layers]
+        self.layer_passes = [layer_pass(layer, self.n_heads, self.head_dim, self.scaling) for layer in self.layers]
         # >1: cross-attention reads the encoder frames averaged in groups of this many (a draft
         # trained so: its step reads that much less), see `pool_frames`
         self.cross_pool = cross_pool
@@ -60,9 +61,9 @@ class KVDecoder:
     @classmethod
     def from_model(cls, model: nn.Module, int8_cross: bool = False, **kwargs) -> "KVDecoder":
         """For a transformers WhisperForConditionalGeneration (or a WhisperForCausalLM draft); its
-        linears run on oneDNN (`packed_copy`), the model itself is left as it is. `int8_cross`:
+        linears run on oneDNN (`packed_decoder`), the model itself is left as it is. `int8_cross`:
         project each window's cross-attention keys/values with int8 products (compute type int8)."""
-        decoder = packed_copy(model.model.decoder)
+        decoder = packed_decoder(model.model.decoder)
         if int8_cross:
             for layer in decoder.layers:
                 attn = layer.encoder_attn
