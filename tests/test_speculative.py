@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tiny_models import random_mel, tiny_runtime, tiny_whisper
+from whisperspec import defaults
 from whisperspec.distill.layout import draft_from_main
 from whisperspec.kernels.packed_linear import packed_copy
 from whisperspec.speculative.drafters.select import SelectingDrafter
@@ -18,7 +19,7 @@ from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 from whisperspec.whisper.drafters.trained import distilled_drafter, without_prompt
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.decoder_pass import DecoderLayer, PackedDecoderLayer
-from whisperspec.whisper.kv_decoder import KVDecoder
+from whisperspec.whisper.kv_decoder import KVDecoder, pool_frames
 
 DRAFTERS = ["ngram", "early-exit:1", "early-exit:3", "int8", "int8:2000", "distil", "separate", "auto", "switching"]
 LOOKAHEADS = ["1", "2", "5", "8", "heuristic", "confidence", "cost"]
@@ -295,17 +296,20 @@ def test_the_prefix_read_in_the_first_verify_pass_changes_nothing(name):
 
 
 def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
+    """... averaged over pairs of frames (`defaults.INT8_DRAFT_POOL`)."""
     runtime = tiny_runtime(0)
     drafter = make_drafter("int8", runtime)
     window = runtime.encode(random_mel(0))
     WindowDecoder(runtime, drafter, make_lookahead("2")).decode(window, DecodeOptions(language="en", max_new_tokens=8))
     draft, main = drafter.model.decoder, runtime.decoder
+    assert draft.cross_pool == defaults.INT8_DRAFT_POOL == 2
     for (k, v), (main_k, main_v) in zip(draft.cross_kv, main.cross_kv):
-        assert torch.equal(k, main_k.to(k.dtype)) and torch.equal(v, main_v.to(v.dtype))
+        assert k.shape[2] == main_k.shape[2] // 2
+        assert torch.equal(k, pool_frames(main_k, 2).to(k.dtype)) and torch.equal(v, pool_frames(main_v, 2).to(v.dtype))
         assert k.data_ptr() != main_k.data_ptr()  # its own copy: each decoder narrows its own in `reorder`
     other = runtime.encode(random_mel(1))  # a window the main decoder has not started: projected anew
     draft.start(other.hidden, share_cross_with=main)
-    assert not torch.equal(draft.cross_kv[0][0], main.cross_kv[0][0].to(draft.cross_kv[0][0].dtype))
+    assert not torch.equal(draft.cross_kv[0][0], pool_frames(main.cross_kv[0][0], 2).to(draft.cross_kv[0][0].dtype))
 
 
 def test_a_distilled_draft_reuses_the_keys_and_values_of_the_main_layers_it_copied():
@@ -326,8 +330,6 @@ def test_a_distilled_draft_reuses_the_keys_and_values_of_the_main_layers_it_copi
 
 
 def test_pooled_frames_are_the_projection_of_averaged_encoder_frames():
-    from whisperspec.whisper.kv_decoder import pool_frames
-
     hidden = torch.randn(2, 7, 16, dtype=torch.float64)  # 7 frames: groups of 3, 3 and a last one of 1
     proj = torch.nn.Linear(16, 16, dtype=torch.float64)
     heads = lambda x: x.view(2, -1, 4, 4).transpose(1, 2)  # noqa: E731

@@ -19,6 +19,9 @@ COST_MAX_LOOKAHEAD, COST_INITIAL = 10, 4
 # Drafters.
 NGRAM_MAX = 3  # longest n-gram prompt lookup matches
 INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
+# the int8 self-draft reads the encoder frames averaged in pairs: its step reads half the keys and
+# values; 3 or more cost more acceptance than they save (docs/BENCHMARKS.md, session 27)
+INT8_DRAFT_POOL = 2
 TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`distill --vocab`)
 
 # Online learning (`--online-learning`, whisperspec.whisper.drafters.online; docs/ONLINE.md)
