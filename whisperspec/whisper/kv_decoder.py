@@ -47,7 +47,7 @@ class KVDecoder:
         self.n_layers = len(self.layers)
         self.layer_passes = [layer_pass(layer, self.n_heads, self.head_dim, self.scaling) for layer in self.layers]
         # >1: cross-attention reads the encoder frames averaged in groups of this many (a draft
-        # trained so: its step reads that much less), see `pool_frames`
+        # trained so, or the int8 self-draft: its step reads that much less), see `pool_frames`
         self.cross_pool = cross_pool
         self.batch_size = 0
         self.encoder_hidden = None
