@@ -42,10 +42,11 @@ class Int8Linear(nn.Module):
         # even) in two vectorised ops: torch.quantize_per_channel's kernel takes longer than packing
         if draft:
             scale = max(float(weight.abs().max()) / 127, 1e-12)
-            values = torch.round(weight * (1.0 / torch.tensor(scale))).clamp_(-128, 127).to(torch.int8)
+            inverse = 1.0 / torch.tensor(scale)
         else:
             scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12).double()
-            values = torch.round(weight * (1.0 / scales.float())[:, None]).clamp_(-128, 127).to(torch.int8)
+            inverse = (1.0 / scales.float())[:, None]
+        values = torch.round(weight * inverse).clamp_(-128, 127).to(torch.int8)
         with warnings.catch_warnings():
             # torch deprecates its quantised tensors in favour of torchao, whose CPU int8 products
             # are far slower (see whisperspec.whisper.drafters.draft_models.int8_decoder)

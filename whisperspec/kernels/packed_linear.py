@@ -87,10 +87,11 @@ def packed_copy(module: nn.Module, unpacked: tuple[str, ...] = ()) -> nn.Module:
     shared.update({id(m.packed): m.packed for m in module.modules()
                    if isinstance(m, PackedLinear) and m.packed is not None})
     clone = copy.deepcopy(module, shared)
+    skipped = tuple(f".{name}" for name in unpacked)
     for path, parent in clone.named_modules():
         for name, child in parent.named_children():
             if type(child) is nn.Linear:  # exactly: quantised and other subclasses keep their own forward
-                pack = not f"{path}.{name}".endswith(tuple(f".{skipped}" for skipped in unpacked))
+                pack = not f"{path}.{name}".endswith(skipped)
                 setattr(parent, name, PackedLinear(child.weight, child.bias, pack=pack))
     return clone
 

@@ -160,4 +160,3 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
         weight = head_weight.detach() if vocab_ids is None else head_weight.detach()[vocab_ids]
         head = Int8Linear(weight, draft=True)
     return KVDecoder(copied, head, max_length=max_length, cross_pool=cross_pool)
-
