@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from whisperspec.atomic import atomic_path, atomic_write
+from whisperspec.atomic import atomic_path
+from whisperspec.kept import kept_json
 from whisperspec.resources import asset
 
 SHARED = ("embed_tokens.", "embed_positions.")  # the main model's, never stored
@@ -36,51 +37,17 @@ def fingerprint(model: torch.nn.Module) -> str:
     """Identifies the main model a draft was trained for (its token embeddings, exactly).
 
     Hashing base's 106 MB of embeddings takes ~50 ms, a share of a short file's whole run worth
-    sparing: once per loaded model, and kept beside the weights file the model was read from
-    (`weights_file`, where the reader records it) for the next process."""
+    sparing: once per loaded model, and kept (`whisperspec.kept`) for the weights file the model
+    was read from (`weights_file`, where the reader records it) for the next process."""
     if model not in _fingerprints:
-        source = getattr(model, "weights_file", None)
-        mark = _stored_fingerprint(source)
-        if mark is None:
-            mark = _hash_embeddings(model)
-            _store_fingerprint(source, mark)
-        _fingerprints[model] = mark
+        _fingerprints[model] = kept_json(getattr(model, "weights_file", None), "fingerprint",
+                                         lambda: _hash_embeddings(model))
     return _fingerprints[model]
 
 
 def _hash_embeddings(model: torch.nn.Module) -> str:
     weight = model.model.decoder.embed_tokens.weight.detach().float().contiguous()
     return hashlib.sha256(memoryview(weight.numpy()).cast("B")).hexdigest()[:16]  # read in place, not copied
-
-
-def _store_fingerprint(source: Path | None, mark: str) -> None:
-    if source is None:
-        return
-    try:
-        with atomic_write(_fingerprint_file(source)) as file:
-            json.dump({"weights": _file_key(source), "fingerprint": mark}, file)
-    except OSError:  # a read-only cache: the next process hashes again
-        pass
-
-
-def _stored_fingerprint(source: Path | None) -> str | None:
-    """The fingerprint kept beside `source`, if it was taken of the file as it is now."""
-    if source is None:
-        return None
-    try:
-        stored = json.loads(_fingerprint_file(source).read_text())
-        return stored["fingerprint"] if stored["weights"] == _file_key(source) else None
-    except (OSError, ValueError, KeyError, TypeError):  # none kept, or unreadable
-        return None
-
-
-def _fingerprint_file(source: Path) -> Path:
-    return source.with_name(source.name + ".fingerprint.json")
-
-
-def _file_key(path: Path) -> list[int]:
-    status = path.stat()
-    return [status.st_size, status.st_mtime_ns]
 
 
 def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module, vocab_ids: torch.Tensor,

@@ -30,29 +30,23 @@ class Int8Linear(nn.Module):
     call, not one per row) and its weight with one scale (packing it takes half as long as with
     one per output channel, and `auto` builds a draft when it expects the build to pay).
     TorchScript-able, so a compiled draft pass (`whisperspec.whisper.decoder_pass`) can hold it.
+    `quantised`: `quantise(weight, draft)` made before (kept on disk): only packed, `weight` unread.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, draft: bool = False):
+    def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None = None, draft: bool = False,
+                 quantised: dict[str, torch.Tensor] | None = None):
         super().__init__()
-        weight = weight.detach().float()
-        self.out_features = weight.shape[0]
+        quantised = quantised if quantised is not None else quantise(weight, draft)
+        values, scales = quantised["values"], quantised["scales"]
+        self.out_features = values.shape[0]
         self.per_item, self.reduce_range = not draft, _reduce_range()
         bias = None if bias is None else bias.detach().float()
-        # torch's own quantisation rounding (x times the float inverse of the scale, to nearest
-        # even) in two vectorised ops: torch.quantize_per_channel's kernel takes longer than packing
-        if draft:
-            scale = max(float(weight.abs().max()) / 127, 1e-12)
-            inverse = 1.0 / torch.tensor(scale)
-        else:
-            scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12).double()
-            inverse = (1.0 / scales.float())[:, None]
-        values = torch.round(weight * inverse).clamp_(-128, 127).to(torch.int8)
         with warnings.catch_warnings():
             # torch deprecates its quantised tensors in favour of torchao, whose CPU int8 products
             # are far slower (see whisperspec.whisper.drafters.draft_models.int8_decoder)
             warnings.filterwarnings("ignore", message=".*deprecated.*")
             if draft:
-                quantized = torch._make_per_tensor_quantized_tensor(values, scale, 0)
+                quantized = torch._make_per_tensor_quantized_tensor(values, float(scales), 0)
             else:
                 zero_points = torch.zeros_like(scales, dtype=torch.long)
                 quantized = torch._make_per_channel_quantized_tensor(values, scales, zero_points, 0)
@@ -65,6 +59,22 @@ class Int8Linear(nn.Module):
         items = x.reshape(-1, x.shape[-2], x.shape[-1]).unbind(0)
         outputs = [torch.ops.quantized.linear_dynamic(item, self.packed, self.reduce_range) for item in items]
         return torch.stack(outputs).reshape(x.shape[:-1] + (self.out_features,))
+
+
+def quantise(weight: torch.Tensor, draft: bool = False) -> dict[str, torch.Tensor]:
+    """`weight` [out, in] as int8 `values` and float `scales`: one per output channel, or one for
+    the whole weight (`draft`: packing takes half as long). What `Int8Linear` packs, apart so it
+    can be kept on disk (`whisperspec.whisper.drafters.draft_models.kept_int8`)."""
+    weight = weight.detach().float()
+    # torch's own quantisation rounding (x times the float inverse of the scale, to nearest even)
+    # in two vectorised ops: torch.quantize_per_channel's kernel takes longer than packing
+    if draft:
+        scales = torch.tensor(max(float(weight.abs().max()) / 127, 1e-12), dtype=torch.float64)
+        inverse = 1.0 / scales.float()
+    else:
+        scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-12).double()
+        inverse = (1.0 / scales.float())[:, None]
+    return {"values": torch.round(weight * inverse).clamp_(-128, 127).to(torch.int8), "scales": scales}
 
 
 @functools.cache

@@ -16,6 +16,7 @@ The tree has no `forward`: whatever needs transformers' own computation (its `ge
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -144,35 +145,97 @@ class WhisperWeights(nn.Module):
 
 
 class WhisperTextTokenizer:
-    """Whisper's byte-level BPE tokenizer from a `tokenizer.json` (the `tokenizers` library), with
-    the calls whisperspec makes of transformers' WhisperTokenizer, and the same results."""
+    """Whisper's byte-level BPE tokenizer from a `tokenizer.json`, with the calls whisperspec makes
+    of transformers' WhisperTokenizer, and the same results.
+
+    Encoding text (prompts, hotwords) runs the `tokenizers` library, loaded on first use: parsing a
+    tokenizer.json (50k merges) takes ~85 ms, a tenth of a short file's first transcription, which
+    never encodes anything. What a transcription does need (the ids of special tokens, ids decoded
+    to text) reads a table of the tokens kept from the file (`whisperspec.kept`, ~10 ms) and
+    decodes as the library's byte-level decoder does (tests/test_models.py holds the two equal)."""
 
     def __init__(self, tokenizer_json: Path, eos_token: str = "<|endoftext|>"):
-        from tokenizers import Tokenizer
+        from whisperspec.kept import kept_json
 
-        self.backend = Tokenizer.from_file(str(tokenizer_json))
-        self.eos_token_id = self.unk_token_id = self.backend.token_to_id(eos_token)
+        self.path = Path(tokenizer_json)
+        table = kept_json(self.path, "tokens", lambda: token_table(self.path))
+        self.tokens: list[str | None] = table["tokens"]
+        self.added, self.special = table["added"], frozenset(table["special"])
+        self.size, self.byte_level = table["size"], table["byte_level"]
+        self.eos_token_id = self.unk_token_id = self.ids.get(eos_token)
         # transformers' meaning: the ids of the named special tokens (bos, eos, unk, pad), which
         # Whisper's tokenizer all spells <|endoftext|>; <|startoftranscript|> & co are added tokens
         self.all_special_ids = [self.eos_token_id]
 
+    @functools.cached_property
+    def backend(self):
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(self.path))
+
+    @functools.cached_property
+    def ids(self) -> dict[str, int]:
+        """token -> id as `tokenizers` finds it: an added token's id before the model vocabulary's."""
+        ids = {token: i for i, token in enumerate(self.tokens) if token is not None}
+        ids.update({self.tokens[i]: i for i in self.added})
+        return ids
+
     def __len__(self) -> int:
-        return self.backend.get_vocab_size(with_added_tokens=True)
+        return self.size
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool = False) -> str:
         # Whisper's tokenizer does not clean up tokenization spaces: the flag changes nothing here
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        if not self.byte_level:
+            return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        tokens = (self.convert_ids_to_tokens(int(i)) for i in ids)
+        kept = (t for t in tokens if t is not None and not (skip_special_tokens and t in self.special))
+        return b"".join(_token_bytes(t) for t in kept).decode("utf-8", errors="replace")
 
     def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | list[int]:
         if not isinstance(tokens, str):
             return [self.convert_tokens_to_ids(token) for token in tokens]
-        found = self.backend.token_to_id(tokens)
-        return self.unk_token_id if found is None else found
+        return self.ids.get(tokens, self.unk_token_id)
 
     def convert_ids_to_tokens(self, ids: int | list[int]) -> str | None | list[str | None]:
         if not isinstance(ids, int):
-            return [self.backend.id_to_token(i) for i in ids]
-        return self.backend.id_to_token(ids)
+            return [self.convert_ids_to_tokens(i) for i in ids]
+        return self.tokens[ids] if 0 <= ids < len(self.tokens) else None
+
+
+def token_table(tokenizer_json: Path) -> dict:
+    """What `WhisperTextTokenizer` reads of a tokenizer.json besides the merges: every token by id
+    (an added token's text where it has one), which are added and which special, how many distinct
+    tokens there are (`tokenizers`' vocabulary size with added tokens), and whether its decoder is
+    byte-level BPE's."""
+    data = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
+    vocab, added = data["model"]["vocab"], data.get("added_tokens") or []
+    tokens: list[str | None] = [None] * (max([*vocab.values(), *(a["id"] for a in added)], default=-1) + 1)
+    for token, i in vocab.items():
+        tokens[i] = token
+    for token in added:
+        tokens[token["id"]] = token["content"]
+    return {"tokens": tokens, "added": [a["id"] for a in added], "special": [a["content"] for a in added if a["special"]],
+            "size": len(set(vocab) | {a["content"] for a in added}),
+            "byte_level": (data.get("decoder") or {}).get("type") == "ByteLevel"}
+
+
+@functools.cache
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the character each byte is written as in a token."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(others)}}
+
+
+@functools.lru_cache(maxsize=None)
+def _token_bytes(token: str) -> bytes:
+    """A token's bytes as the byte-level decoder gives them: its characters mapped back to bytes,
+    or, when one of them is not in the alphabet (an added token such as "<|en|>" is, ASCII), its
+    text as UTF-8."""
+    byte_of = _byte_of_char()
+    if all(c in byte_of for c in token):
+        return bytes(byte_of[c] for c in token)
+    return token.encode("utf-8")

@@ -13,11 +13,13 @@ of a draft step, and the verifier still decides on the full vocabulary, so outpu
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from whisperspec.kernels.int8_linear import Int8Linear
+from whisperspec.kept import kept_tensors
+from whisperspec.kernels.int8_linear import Int8Linear, quantise
 from whisperspec.kernels.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import DraftModel
 from whisperspec.whisper.drafters.adapters import adapter_parameters
@@ -128,11 +130,16 @@ def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
 
 
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
-                 max_length: int, cross_pool: int = 1, head: nn.Module | None = None) -> KVDecoder:
+                 max_length: int, cross_pool: int = 1, head: nn.Module | None = None,
+                 kept_as: tuple[Path | None, str] | None = None) -> KVDecoder:
     """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder
     (`head`: such an int8 head made before, reused). Low-rank adapters in `decoder`
     (`whisperspec.whisper.drafters.adapters`) stay float and shared with it: whoever trains them
     changes what the copy computes.
+
+    `kept_as`: (the file these weights come from, a name saying what else they depend on): their
+    int8 values are kept on disk for that file (`whisperspec.kept`), and only packed again in the
+    next process. Quantising is most of a build (base's draft head alone: 26k rows).
 
     Every linear becomes an `Int8Linear` (int8 weights, activations quantised per call): a draft
     step costs about half of its float32 one, with the same acceptance (docs/BENCHMARKS.md).
@@ -152,11 +159,28 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     memo.update({id(p): p for p in adapter_parameters(decoder)})
     memo.update({id(t): t for linear in linears.values() for t in (linear.weight, linear.bias) if t is not None})
     copied = copy.deepcopy(decoder, memo)
+
+    def head_rows() -> torch.Tensor:
+        return head_weight.detach() if vocab_ids is None else head_weight.detach()[vocab_ids]
+
+    def quantised() -> dict[str, torch.Tensor]:  # flat, as a safetensors file holds it
+        weights = {name: linear.weight for name, linear in linears.items()}
+        weights.update({HEAD: head_rows()} if head is None else {})
+        return {f"{name}.{part}": value for name, weight in weights.items()
+                for part, value in quantise(weight, draft=True).items()}
+
+    kept: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in (kept_tensors(*kept_as, quantised) if kept_as else {}).items():
+        name, _, part = key.rpartition(".")
+        kept.setdefault(name, {})[part] = value
     for name, linear in linears.items():
         parent, _, attribute = name.rpartition(".")
-        setattr(copied.get_submodule(parent), attribute, Int8Linear(linear.weight, linear.bias, draft=True))
+        int8 = Int8Linear(linear.weight, linear.bias, draft=True, quantised=kept.get(name))
+        setattr(copied.get_submodule(parent), attribute, int8)
     copied.float()  # int8 kernels take float32 activations
     if head is None:
-        weight = head_weight.detach() if vocab_ids is None else head_weight.detach()[vocab_ids]
-        head = Int8Linear(weight, draft=True)
+        head = Int8Linear(None if HEAD in kept else head_rows(), draft=True, quantised=kept.get(HEAD))
     return KVDecoder(copied, head, max_length=max_length, cross_pool=cross_pool)
+
+
+HEAD = "head"  # the head's name among a decoder's linears (theirs are paths: "layers.0.fc1")

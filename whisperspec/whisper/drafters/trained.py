@@ -12,7 +12,7 @@ from pathlib import Path
 
 from torch import nn
 
-from whisperspec.distill.draft_file import load_draft, shipped_draft
+from whisperspec.distill.draft_file import fingerprint, load_draft, shipped_draft
 from whisperspec.kernels.packed_linear import PackedLinear, packed_copy
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.protocols import Drafter
@@ -29,15 +29,15 @@ def shipped_drafter(runtime, online_learning: bool = False) -> Drafter | None:
 
 def trained_drafter(path: Path, runtime, online_learning: bool = False) -> Drafter:
     draft, vocab_ids = load_draft(path, runtime.model)
-    return distilled_drafter(runtime, draft, vocab_ids, online_learning=online_learning)
+    return distilled_drafter(runtime, draft, vocab_ids, online_learning=online_learning, source=path)
 
 
 def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True, online_learning: bool = False,
-                      schedule=None) -> Drafter:
+                      schedule=None, source: Path | None = None) -> Drafter:
     """A distil-whisper-layout draft over the main encoder, scoring `vocab_ids`; `int8`: its decoder
-    and head run with int8 weights (half the cost of a step, the same acceptance). `online_learning`:
-    it keeps training between windows on what the main model verifies (`OnlineDrafter`, with
-    `schedule`)."""
+    and head run with int8 weights (half the cost of a step, the same acceptance), kept on disk for
+    the draft file `source` it was read from. `online_learning`: it keeps training between windows
+    on what the main model verifies (`OnlineDrafter`, with `schedule`)."""
     cross_layers = shared_cross_layers(draft.model.decoder, runtime.model.model.decoder)
     pool = cross_attention_pool(draft)
 
@@ -46,8 +46,10 @@ def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True, o
         it stay shared: `whisperspec.whisper.drafters.adapters`); the head of one built `before`
         is reused (the head never trains)."""
         if int8:  # its head already scores just `vocab_ids`
+            # its first build is of the file's weights (the head rows are the main model's)
+            kept = (source, f"int8-for-{fingerprint(runtime.model)}") if source and not before else None
             kv = int8_decoder(decoder, draft.proj_out.weight, vocab_ids, runtime.max_length, pool,
-                              head=before.decoder.head if before else None)
+                              head=before.decoder.head if before else None, kept_as=kept)
             head = kv.head
         else:  # its linears run on packed copies of the weights; every parameter is shared
             weight = draft.proj_out.weight.to(decoder.embed_tokens.weight.dtype)
