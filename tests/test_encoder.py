@@ -85,6 +85,22 @@ def test_a_drafts_int8_product_is_close_and_rounds_as_torchs_own_quantisation():
                                                    torch.zeros(96, dtype=torch.long), 0, torch.qint8)
         assert torch.equal(ours.int_repr(), reference.int_repr())
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
+def test_a_drafts_int8_product_in_blocks_of_rows_is_the_whole_product():
+    """A draft head packed in blocks at the same time (`RowBlocks`, `made_in_parallel`) computes
+    what one product of the whole weight does, bit for bit, compiled as well."""
+    from whisperspec.kernels.int8_linear import RowBlocks, made_in_parallel, quantise
+
+    generator = torch.Generator().manual_seed(2)
+    weight, x = torch.randn(301, 64, generator=generator), torch.randn(1, 3, 64, generator=generator)
+    whole = Int8Linear(weight, draft=True)
+    makers = RowBlocks.makers(quantise(weight, draft=True), 2)
+    made = made_in_parallel({str(i): make for i, make in enumerate(makers)})
+    blocks = RowBlocks([made["0"], made["1"]])
+    with torch.inference_mode():
+        assert torch.equal(blocks(x), whole(x)) and torch.equal(torch.jit.script(blocks)(x), whole(x))
+
+
 @needs_onednn
 def test_int8_encoder_is_close_to_float32_and_encodes_each_window_alone():
     exact = tiny_runtime(0, dtype=torch.float32)

@@ -13,8 +13,12 @@ def draft_from_main(main: nn.Module, layers: list[int]) -> nn.Module:
     copied) and a decoder made of copies of the selected main decoder layers."""
     config = copy.deepcopy(main.config)
     config.decoder_layers = len(layers)
-    with torch.device("meta"):  # a skeleton: every weight is taken from `main` below, none initialised
-        draft = type(main)(config).to(main.dtype).eval()  # (initialising base's size took 0.55 s)
+    # a skeleton: every weight is taken from `main` below, none initialised (initialising base's
+    # size took 0.55 s), and no encoder layers, the main encoder takes the skeleton's place
+    config.encoder_layers = 0
+    with torch.device("meta"):
+        draft = type(main)(config).to(main.dtype).eval()
+    config.encoder_layers = main.config.encoder_layers
     draft.model.encoder = main.model.encoder
     source, target = main.model.decoder, draft.model.decoder
     target.embed_tokens.weight = source.embed_tokens.weight  # tied to the head: shared, not copied

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, List
 
 import torch
 from torch import nn
@@ -59,6 +61,39 @@ class Int8Linear(nn.Module):
         items = x.reshape(-1, x.shape[-2], x.shape[-1]).unbind(0)
         outputs = [torch.ops.quantized.linear_dynamic(item, self.packed, self.reduce_range) for item in items]
         return torch.stack(outputs).reshape(x.shape[:-1] + (self.out_features,))
+
+
+class RowBlocks(nn.Module):
+    """A draft's `Int8Linear` of a tall weight (a draft head: base's scores 26k tokens) as blocks of
+    its rows, each its own `Int8Linear` (`quantised` values split, one scale for all), their outputs
+    side by side: the same numbers as one product (each output column is its own dot product, the
+    input quantised alike for each block). fbgemm packs a weight on one thread; blocks can be packed
+    at the same time (`made_in_parallel`), and the head's packing is most of a draft's build."""
+
+    def __init__(self, blocks: list[Int8Linear]):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+
+    @staticmethod
+    def makers(quantised: dict[str, torch.Tensor], count: int) -> list[Callable[[], Int8Linear]]:
+        """What makes each of `count` blocks of a draft weight's `quantise(weight, draft=True)`."""
+        scales = quantised["scales"]
+        return [functools.partial(Int8Linear, None, draft=True, quantised={"values": values, "scales": scales})
+                for values in quantised["values"].chunk(count)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outputs: List[torch.Tensor] = []
+        for block in self.blocks:
+            outputs.append(block(x))
+        return torch.cat(outputs, dim=-1)
+
+
+def made_in_parallel(makers: dict[str, Callable[[], nn.Module]]) -> dict[str, nn.Module]:
+    """Each maker's module, made on as many threads as torch's (fbgemm's packing runs on one, and
+    releases the GIL)."""
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        futures = {name: pool.submit(make) for name, make in makers.items()}
+        return {name: future.result() for name, future in futures.items()}
 
 
 def quantise(weight: torch.Tensor, draft: bool = False) -> dict[str, torch.Tensor]:

@@ -13,13 +13,14 @@ of a draft step, and the verifier still decides on the full vocabulary, so outpu
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from whisperspec.kept import kept_tensors
-from whisperspec.kernels.int8_linear import Int8Linear, quantise
+from whisperspec.kernels.int8_linear import Int8Linear, RowBlocks, made_in_parallel, quantise
 from whisperspec.kernels.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import DraftModel
 from whisperspec.whisper.drafters.adapters import adapter_parameters
@@ -173,13 +174,19 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     for key, value in (kept_tensors(*kept_as, quantised) if kept_as else {}).items():
         name, _, part = key.rpartition(".")
         kept.setdefault(name, {})[part] = value
-    for name, linear in linears.items():
+    makers = {name: functools.partial(Int8Linear, linear.weight, linear.bias, draft=True, quantised=kept.get(name))
+              for name, linear in linears.items()}
+    blocks = []
+    if head is None:  # most of the packing: in two blocks, packed at the same time as the rest
+        blocks = RowBlocks.makers(kept.get(HEAD) or quantise(head_rows(), draft=True), 2)
+        makers.update({f"{HEAD}.{i}": make for i, make in enumerate(blocks)})
+    made = made_in_parallel(makers)
+    for name in linears:
         parent, _, attribute = name.rpartition(".")
-        int8 = Int8Linear(linear.weight, linear.bias, draft=True, quantised=kept.get(name))
-        setattr(copied.get_submodule(parent), attribute, int8)
+        setattr(copied.get_submodule(parent), attribute, made[name])
     copied.float()  # int8 kernels take float32 activations
     if head is None:
-        head = Int8Linear(None if HEAD in kept else head_rows(), draft=True, quantised=kept.get(HEAD))
+        head = RowBlocks([made[f"{HEAD}.{i}"] for i in range(len(blocks))])
     return KVDecoder(copied, head, max_length=max_length, cross_pool=cross_pool)
 
 
