@@ -160,6 +160,27 @@ def test_the_compiled_single_row_pass_is_the_eager_pass_bit_for_bit(dtype):
         assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_logits_of_the_last_positions_only_are_those_of_the_whole_pass(compiled):
+    """A pass that reads a long prompt asks for the logits of its last positions only
+    (`logits_to_keep`; the previous text's go unread): the same numbers, the same cache, one row
+    (eager and compiled) and a batch."""
+    runtime = tiny_runtime(0, dtype=torch.float32)
+    decoder = runtime.decoder
+    decoder.compile_after = 0 if compiled else 10**9
+    hidden = runtime.encode(random_mel(0, batch=2, dtype=torch.float32)).hidden
+    prompt = [50360, *range(300, 340), 50257, 50362, 440]
+    for rows in (hidden[:1], hidden):
+        runs = []
+        for keep in (None, 4):
+            decoder.start(rows)
+            logits = decoder.forward(torch.tensor([prompt] * len(rows)), logits_to_keep=keep)
+            runs.append((logits[:, -4:], [t[:, :, :len(prompt)].clone() for pair in decoder.self_kv for t in pair]))
+        (full, full_cache), (kept, kept_cache) = runs
+        assert kept.shape[1] == 4 and torch.equal(full, kept)
+        assert all(torch.equal(a, b) for a, b in zip(full_cache, kept_cache))
+
+
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
 def test_the_fused_decoder_layer_is_the_plain_one_bit_for_bit():
     """A float32 decoder's layers run `PackedDecoderLayer` (q, k and v in one product, the query

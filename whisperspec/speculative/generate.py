@@ -55,12 +55,15 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                    on_tokens: Callable[[int, list[int]], None] | None = None, held: int | None = None,
                    on_prefill: Callable[[int, torch.Tensor], None] | None = None,
                    stop: Callable[[int, list[int]], int | None] | None = None,
-                   interrupt: Callable[[], None] | None = None) -> list[Generation]:
+                   interrupt: Callable[[], None] | None = None, prefill_logits: int | None = None) -> list[Generation]:
     """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`, or, with
     `held`, just the first `held` tokens of every row: the first round then feeds the rest together
     with the first draft, so a prompt is read in the pass that verifies that draft (one target pass
     fewer), and `on_prefill(row, logits)` receives the logits [n, vocab] of the n tokens fed for
-    that row. Sequences may differ in length: each row's tokens sit at its own positions (shorter
+    that row; with `prefill_logits`, of the last `prefill_logits` of them only. A first pass that
+    reads a prompt asks the target for no other logits than those and the ones it verifies
+    (`target.forward(tokens, logits_to_keep=n)`, what a target given `held` must take): the head
+    of a long prompt's earlier positions is work nobody reads. Sequences may differ in length: each row's tokens sit at its own positions (shorter
     rows are padded at the end, and the padding is rolled back unread). `max_new_tokens`: one limit
     for every row, or one per row.
 
@@ -96,11 +99,16 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
         width = max(tails[r] + len(p.tokens) for r, p in zip(active, proposals))
         batch = [[*rows[r][-tails[r]:], *p.tokens, *[rows[r][-1]] * (width - tails[r] - len(p.tokens))]
                  for r, p in zip(active, proposals)]  # padding never verified
-        logits = target.forward(torch.tensor(batch))
-        if prefilling and on_prefill:  # this round's pass also read the rest of the prompt
+        if prefilling:  # this round's pass also reads the rest of the prompt
+            read = {r: min(prefill_logits or tails[r], tails[r]) if on_prefill else 1 for r in active}
+            logits = target.forward(torch.tensor(batch), logits_to_keep=width - min(tails[r] - read[r] for r in active))
+        else:
+            logits = target.forward(torch.tensor(batch))
+        first = width - logits.shape[1]  # the position of the first logits returned
+        if prefilling and on_prefill:
             for i, r in enumerate(active):
-                on_prefill(r, logits[i, :tails[r]])
-        verdicts = [verify(rows[r], p, logits[i, tails[r] - 1:], filters[r], temperature, generator, noise)
+                on_prefill(r, logits[i, tails[r] - read[r] - first:tails[r] - first])
+        verdicts = [verify(rows[r], p, logits[i, tails[r] - 1 - first:], filters[r], temperature, generator, noise)
                     for i, (r, p) in enumerate(zip(active, proposals))]
         target.rollback([len(rows[r]) + v.accepted for r, v in zip(active, verdicts)])  # all but the newest
         t2 = time.perf_counter()
@@ -125,7 +133,8 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                 finished.append(r)
         verify_seconds = None if prefilling else t2 - t1  # a pass that also read a prompt is no verify cost
         for i, (r, p, v) in enumerate(zip(active, proposals, verdicts)) if drafter else ():
-            drafter.learn(rows[r], v, logits[i, tails[r] - 1:tails[r] + len(p.tokens)], t1 - t0, verify_seconds)
+            drafter.learn(rows[r], v, logits[i, tails[r] - 1 - first:tails[r] + len(p.tokens) - first], t1 - t0,
+                          verify_seconds)
         for v in verdicts if not prefilling else ():  # a pass that also read a prompt is no verify cost
             lookahead.update(v, t1 - t0, t2 - t1)
         tails, prefilling = [1] * len(rows), False

@@ -26,7 +26,9 @@ class CachedModel(Protocol):
     """A causal model whose cache holds a prefix of the sequence."""
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append tokens [batch, n] to the cache; logits [batch, n, vocab] for the next positions."""
+        """Append tokens [batch, n] to the cache; logits [batch, n, vocab] for the next positions.
+        A target that `generate_batch` reads prompts into (`held`) also takes `logits_to_keep=m`:
+        the logits of the last m positions only, [batch, m, vocab] (transformers' name)."""
 
     def rollback(self, lengths: int | Sequence[int]) -> None:
         """Keep only the first `lengths` cached positions (per row)."""

@@ -169,9 +169,9 @@ class WindowDecoder:
         max_new = [options.max_new_tokens or runtime.max_length - len(p) for p in prefixes]
         no_speech = [0.0] * len(prefixes)  # P(<|nospeech|>) after <|sot|>, from the pass reading the prefix
 
-        def read_no_speech(row: int, logits: torch.Tensor) -> None:
+        def read_no_speech(row: int, logits: torch.Tensor) -> None:  # the logits of the prefix's last tokens
             sot = prefixes[row].index(special.sot)
-            no_speech[row] = float(torch.softmax(logits[sot].float(), dim=-1)[special.no_speech])
+            no_speech[row] = float(torch.softmax(logits[sot - len(prefixes[row])].float(), dim=-1)[special.no_speech])
 
         if beam:
             outs = [beam_search(runtime.decoder, prefixes[0], max_new[0], special.eot, filters[0], options.beam_size,
@@ -213,7 +213,9 @@ class WindowDecoder:
                               generator=torch.Generator().manual_seed(seed),
                               noise=sampling_noise(options.sampling, seed, runtime.vocab_size),
                               held=0, on_prefill=on_prefill, interrupt=options.interrupt,
-                              stop=self._runaway_stop(options))
+                              stop=self._runaway_stop(options),
+                              # from <|startoftranscript|> on: the previous text's logits go unread
+                              prefill_logits=max(len(p) - p.index(runtime.special.sot) for p in prefixes))
 
     def _runaway_stop(self, options: DecodeOptions) -> RunawayStop | None:
         if options.compression_ratio_threshold is None:

@@ -208,8 +208,9 @@ def _power_of_two(x: float) -> bool:
 
 
 class SingleRowPass(nn.Module):
-    """`tokens` [1, n] at positions position.. of a one-row cache -> logits [1, n, vocab]; what
-    `KVDecoder.forward` computes for a batch of one without an early exit."""
+    """`tokens` [1, n] at positions position.. of a one-row cache -> logits [1, keep, vocab] of
+    the last `keep` positions; what `KVDecoder.forward` computes for a batch of one without an
+    early exit."""
 
     def __init__(self, decoder, head: nn.Module):
         super().__init__()
@@ -218,14 +219,14 @@ class SingleRowPass(nn.Module):
         self.embed_tokens, self.embed_positions = decoder.embed_tokens, decoder.embed_positions
 
     def forward(self, tokens: torch.Tensor, position: int, k_caches: List[torch.Tensor], v_caches: List[torch.Tensor],
-                k_cross: List[torch.Tensor], v_cross: List[torch.Tensor]) -> torch.Tensor:
+                k_cross: List[torch.Tensor], v_cross: List[torch.Tensor], keep: int) -> torch.Tensor:
         n = tokens.shape[1]
         positions = position + torch.arange(n)[None]
         hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
         mask = attention_mask(positions)
         for i, layer in enumerate(self.layers):
             hidden = layer(hidden, positions, mask, k_caches[i], v_caches[i], k_cross[i], v_cross[i])
-        return self.head(self.final_norm(hidden))
+        return self.head(self.final_norm(hidden[:, n - keep:]))
 
 
 def script_single_row_pass(decoder, head: nn.Module) -> torch.jit.ScriptModule | None:

@@ -203,21 +203,24 @@ class KVDecoder:
 
     # ---------------------------------------------------------------- forward
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, exit_layer: int | None = None,
-                head: nn.Module | None = None) -> torch.Tensor:
-        """Append `tokens` [batch, n] to every row and return logits [batch, n, vocab].
+    def forward(self, tokens: torch.Tensor, exit_layer: int | None = None, head: nn.Module | None = None,
+                logits_to_keep: int | None = None) -> torch.Tensor:
+        """Append `tokens` [batch, n] to every row and return logits [batch, n, vocab], or those of
+        the last `logits_to_keep` positions (the head's rows are independent: the same numbers).
 
         With `exit_layer=E` only the first E layers run (the early-exit draft); the final layer norm
         and a head (`head`, e.g. a reduced-vocabulary one; default the model's) still apply.
         A batch of one row without an early exit runs the same pass compiled (`decoder_pass`).
         """
         head = head or self.head
+        n = tokens.shape[1]
+        keep = n if logits_to_keep is None else min(logits_to_keep, n)
         if self.batch_size == 1 and exit_layer is None and self.exit_layer is None:
             compiled = self._single_row_pass(head)
             if compiled is not None:
-                return self._single_row(tokens, compiled)
+                return self._single_row(tokens, compiled, keep)
         hidden = self._hidden_states(tokens, exit_layer)
-        return head(self.final_norm(hidden))
+        return head(self.final_norm(hidden[:, n - keep:]))
 
     def _single_row_pass(self, head: nn.Module):
         if head not in self.single_row_passes:
@@ -227,11 +230,11 @@ class KVDecoder:
             self.single_row_passes[head] = script_single_row_pass(self, head)
         return self.single_row_passes[head]
 
-    def _single_row(self, tokens: torch.Tensor, compiled) -> torch.Tensor:
+    def _single_row(self, tokens: torch.Tensor, compiled, keep: int) -> torch.Tensor:
         position, n = int(self.lengths[-1, 0]), tokens.shape[1]
         self._check_room(position + n)
         logits = compiled(tokens, position, [k for k, _ in self.self_kv], [v for _, v in self.self_kv],
-                          [k for k, _ in self.cross_kv], [v for _, v in self.cross_kv])
+                          [k for k, _ in self.cross_kv], [v for _, v in self.cross_kv], keep)
         self.lengths[:, 0] = position + n
         self.fed_tokens[0, position:position + n] = tokens[0]
         return logits
