@@ -99,7 +99,7 @@ def made_in_parallel(makers: dict[str, Callable[[], nn.Module]]) -> dict[str, nn
 def quantise(weight: torch.Tensor, draft: bool = False) -> dict[str, torch.Tensor]:
     """`weight` [out, in] as int8 `values` and float `scales`: one per output channel, or one for
     the whole weight (`draft`: packing takes half as long). What `Int8Linear` packs, apart so it
-    can be kept on disk (`whisperspec.whisper.drafters.draft_models.kept_int8`)."""
+    can be kept on disk (`whisperspec.whisper.drafters.draft_models.int8_decoder`'s `kept_as`)."""
     weight = weight.detach().float()
     # torch's own quantisation rounding (x times the float inverse of the scale, to nearest even)
     # in two vectorised ops: torch.quantize_per_channel's kernel takes longer than packing

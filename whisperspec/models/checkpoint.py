@@ -217,7 +217,8 @@ def token_table(tokenizer_json: Path) -> dict:
         tokens[i] = token
     for token in added:
         tokens[token["id"]] = token["content"]
-    return {"tokens": tokens, "added": [a["id"] for a in added], "special": [a["content"] for a in added if a["special"]],
+    return {"tokens": tokens, "added": [a["id"] for a in added],
+            "special": [a["content"] for a in added if a["special"]],
             "size": len(set(vocab) | {a["content"] for a in added}),
             "byte_level": (data.get("decoder") or {}).get("type") == "ByteLevel"}
 
@@ -225,7 +226,8 @@ def token_table(tokenizer_json: Path) -> dict:
 @functools.cache
 def _byte_of_char() -> dict[str, int]:
     """GPT-2's byte-level alphabet, inverted: the character each byte is written as in a token."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+                 *range(ord("\xae"), ord("\xff") + 1)]
     others = [b for b in range(256) if b not in printable]
     return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(others)}}
 

@@ -62,10 +62,10 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
     fewer), and `on_prefill(row, logits)` receives the logits [n, vocab] of the n tokens fed for
     that row; with `prefill_logits`, of the last `prefill_logits` of them only. A first pass that
     reads a prompt asks the target for no other logits than those and the ones it verifies
-    (`target.forward(tokens, logits_to_keep=n)`, what a target given `held` must take): the head
-    of a long prompt's earlier positions is work nobody reads. Sequences may differ in length: each row's tokens sit at its own positions (shorter
-    rows are padded at the end, and the padding is rolled back unread). `max_new_tokens`: one limit
-    for every row, or one per row.
+    (`target.forward(tokens, logits_to_keep=m)`, which a target given `held` must take): the head
+    of a long prompt's earlier positions is work nobody reads. Sequences may differ in length: each
+    row's tokens sit at its own positions (shorter rows are padded at the end, and the padding is
+    rolled back unread). `max_new_tokens`: one limit for every row, or one per row.
 
     Sampling (temperature > 0) follows the residual rule with `generator`, or with `noise` coupled
     sampling (`whisperspec.speculative.coupled`: the same tokens with or without a drafter).
@@ -101,7 +101,8 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                  for r, p in zip(active, proposals)]  # padding never verified
         if prefilling:  # this round's pass also reads the rest of the prompt
             read = {r: min(prefill_logits or tails[r], tails[r]) if on_prefill else 1 for r in active}
-            logits = target.forward(torch.tensor(batch), logits_to_keep=width - min(tails[r] - read[r] for r in active))
+            keep = width - min(tails[r] - read[r] for r in active)
+            logits = target.forward(torch.tensor(batch), logits_to_keep=keep)
         else:
             logits = target.forward(torch.tensor(batch))
         first = width - logits.shape[1]  # the position of the first logits returned

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 from pathlib import Path
 
 import torch
@@ -171,6 +172,9 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
                 for part, value in quantise(weight, draft=True).items()}
 
     kept: dict[str, dict[str, torch.Tensor]] = {}
+    if kept_as:  # named for the head rows taken and the way they are quantised, too
+        rows = b"" if vocab_ids is None else vocab_ids.numpy().tobytes()
+        kept_as = (kept_as[0], f"{kept_as[1]}-{QUANTISED_AS}-{hashlib.sha256(rows).hexdigest()[:12]}")
     for key, value in (kept_tensors(*kept_as, quantised) if kept_as else {}).items():
         name, _, part = key.rpartition(".")
         kept.setdefault(name, {})[part] = value
@@ -191,3 +195,4 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
 
 
 HEAD = "head"  # the head's name among a decoder's linears (theirs are paths: "layers.0.fc1")
+QUANTISED_AS = "per-tensor-v1"  # `quantise(draft=True)`'s rule: kept values made by another are not read

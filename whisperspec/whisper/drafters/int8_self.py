@@ -12,7 +12,7 @@ from whisperspec.whisper.drafters.draft_models import WindowDraftModel, int8_dec
 
 def int8_self_drafter(runtime, vocab_size_kept: int | None = defaults.INT8_DRAFT_HEAD) -> ModelDrafter:
     ids = reduced_vocab(runtime, vocab_size_kept)
-    kept = (getattr(runtime.model, "weights_file", None), f"int8-draft-{'all' if ids is None else len(ids)}")
     kv = int8_decoder(runtime.model.model.decoder, runtime.model.proj_out.weight, ids, runtime.max_length,
-                      cross_pool=defaults.INT8_DRAFT_POOL, kept_as=kept)
+                      cross_pool=defaults.INT8_DRAFT_POOL, kept_as=(getattr(runtime.model, "weights_file", None),
+                                                                    "int8-self-draft"))
     return ModelDrafter(WindowDraftModel(kv, ids, head=kv.head, cross_source=runtime.decoder), runtime.vocab_size)
