@@ -17,12 +17,16 @@ draft's output only has to be cheap: its products quantise the whole input at on
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, List
 
 import torch
 from torch import nn
+
+
+_FILTERS_SWAPPED = threading.Lock()
 
 
 class Int8Linear(nn.Module):
@@ -43,7 +47,9 @@ class Int8Linear(nn.Module):
         self.out_features = values.shape[0]
         self.per_item, self.reduce_range = not draft, _reduce_range()
         bias = None if bias is None else bias.detach().float()
-        with warnings.catch_warnings():
+        # catch_warnings swaps the process's warning filters, so threads (`made_in_parallel`) take
+        # turns; the packing, which warns of nothing, runs outside and in parallel
+        with _FILTERS_SWAPPED, warnings.catch_warnings():
             # torch deprecates its quantised tensors in favour of torchao, whose CPU int8 products
             # are far slower (see whisperspec.whisper.drafters.draft_models.int8_decoder)
             warnings.filterwarnings("ignore", message=".*deprecated.*")
@@ -52,7 +58,7 @@ class Int8Linear(nn.Module):
             else:
                 zero_points = torch.zeros_like(scales, dtype=torch.long)
                 quantized = torch._make_per_channel_quantized_tensor(values, scales, zero_points, 0)
-            self.packed = torch.ops.quantized.linear_prepack(quantized, bias)
+        self.packed = torch.ops.quantized.linear_prepack(quantized, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
