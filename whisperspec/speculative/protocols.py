@@ -77,6 +77,10 @@ class Drafter:
     of them on any drafter, and a drafter overrides only what it needs.
     """
 
+    # True: `learn` reads every one of the target's scores (a draft learning from them), so the
+    # target must not leave out those it can tell cannot be its argmax
+    reads_scores: bool = False
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.propose is Drafter.propose and cls.propose_batch is Drafter.propose_batch:

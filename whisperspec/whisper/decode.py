@@ -21,6 +21,7 @@ from whisperspec.speculative.stats import SpeculationStats
 from whisperspec.whisper.beam import beam_search, length_penalty_score
 from whisperspec.whisper.model import EncodedWindow, WhisperRuntime
 from whisperspec.whisper.rules import WhisperLogitFilter
+from whisperspec.whisper.screened_head import ScreenedDecoder
 
 MAX_PROMPT_TOKENS = 223  # openai-whisper: half the text context, minus <|startofprev|>
 
@@ -208,7 +209,10 @@ class WindowDecoder:
             if self.drafter:
                 self.drafter.start_window(window)
         runtime.decoder.rollback(0)
-        return generate_batch(runtime.decoder, prefixes, max_new, runtime.special.eot, drafter=self.drafter,
+        target = runtime.decoder
+        if self._screens(temperature, len(prefixes)):
+            target = ScreenedDecoder(runtime.decoder, runtime.screened_head, filters[0])
+        outs = generate_batch(target, prefixes, max_new, runtime.special.eot, drafter=self.drafter,
                               lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
                               generator=torch.Generator().manual_seed(seed),
                               noise=sampling_noise(options.sampling, seed, runtime.vocab_size),
@@ -216,6 +220,18 @@ class WindowDecoder:
                               stop=self._runaway_stop(options),
                               # from <|startoftranscript|> on: the previous text's logits go unread
                               prefill_logits=max(len(p) - p.index(runtime.special.sot) for p in prefixes))
+        if target is not runtime.decoder:  # its scores gave the tokens; the log-probabilities come now
+            out, prefix = outs[0], prefixes[0]
+            out.logprobs = target.logprobs(prefix + out.tokens, len(prefix), out.logprobs)
+        if temperature == 0:
+            runtime.tokens_decoded += sum(len(out.tokens) for out in outs)
+        return outs
+
+    def _screens(self, temperature: float, rows: int) -> bool:
+        """Whether the main decoder's head screens (`whisperspec.whisper.screened_head`): for one
+        greedy row, unless the drafter learns from every score."""
+        return (temperature == 0 and rows == 1 and not (self.drafter and self.drafter.reads_scores)
+                and self.runtime.screens())
 
     def _runaway_stop(self, options: DecodeOptions) -> RunawayStop | None:
         if options.compression_ratio_threshold is None:

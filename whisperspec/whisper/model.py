@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
 from whisperspec.whisper.alignment import alignment_heads
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
+from whisperspec.whisper.screened_head import ScreenedHead
 from whisperspec.whisper.tokens import WhisperTokens
 
 
@@ -24,6 +26,7 @@ class EncodedWindow:
 
 
 COMPUTE_TYPES = ("float32", "int8")
+SCREEN_AFTER_TOKENS = 400  # see `WhisperRuntime.screens`
 
 
 class WhisperRuntime:
@@ -49,6 +52,22 @@ class WhisperRuntime:
         self.n_mels = model.config.num_mel_bins
         self.vocab_size = model.config.vocab_size
         self.max_length = model.config.max_target_positions
+        self.tokens_decoded = 0  # by greedy windows, in this process: when to screen the head
+
+    @cached_property
+    def screened_head(self) -> ScreenedHead | None:
+        """Greedy decoding's head (`whisperspec.whisper.screened_head`), made on first use; None
+        where it cannot be (then the full head runs)."""
+        return ScreenedHead.build(self.decoder.head, self.special, self.decoder.final_norm)
+
+    def screens(self) -> bool:
+        """Whether greedy decoding screens its head, `tokens_decoded` tokens into this process.
+        Making the screen costs what the full head's reading costs in a few hundred passes: it is
+        made once that many tokens show the work is long enough to repay it (a short file never
+        pays for it; a long one loses at most that much again)."""
+        if "screened_head" not in self.__dict__ and self.tokens_decoded < SCREEN_AFTER_TOKENS:
+            return False
+        return self.screened_head is not None
 
     @classmethod
     def from_bundle(cls, bundle, compute_type: str = "float32") -> "WhisperRuntime":

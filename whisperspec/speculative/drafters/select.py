@@ -168,6 +168,10 @@ class SelectingDrafter(Drafter):
         self.reorders: list[torch.Tensor] = []
         self.current: set[str] = set()  # candidates that have had them
 
+    @property
+    def reads_scores(self) -> bool:
+        return any(c.watches for c in self.candidates.values())
+
     # ---------------------------------------------------------------- choosing
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
         self.rounds += 1

@@ -96,6 +96,8 @@ class OnlineDrafter(Drafter):
     cross-attention keys/values the draft's layers reuse (None: it projects its own).
     """
 
+    reads_scores = True  # its loss reads the main model's top scores
+
     def __init__(self, runtime, draft: nn.Module, vocab_ids: torch.Tensor | None, build, view,
                  cross_layers: list[int] | None, schedule: OnlineSchedule | None = None):
         self.runtime, self.build, self.view, self.cross_layers = runtime, build, view, cross_layers

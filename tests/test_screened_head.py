@@ -1,0 +1,108 @@
+"""The screened output head (`whisperspec.whisper.screened_head`) on the real base model: the scores
+it keeps are the full head's bits, its argmax under Whisper's rules is the full head's, and a
+transcription reads the same with it or without it, log-probabilities included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from whisperspec.transcribe import Transcriber
+from whisperspec.whisper.decode import DecodeOptions, forced_prefix
+from whisperspec.whisper.rules import WhisperLogitFilter
+from whisperspec.whisper.screened_head import NO_HEAD, ScreenedDecoder
+
+CLIPS = Path(__file__).parent / "data"
+
+pytestmark = pytest.mark.real
+
+
+@pytest.fixture(scope="module")
+def base():
+    return Transcriber("base", language="en")
+
+
+def _hidden_states(transcriber, clip: str):
+    """The head's input at every position of the clip's own timestamped transcript, and that sequence."""
+    from whisperspec.audio import N_FRAMES, N_SAMPLES, load_audio, log_mel_spectrogram
+
+    runtime = transcriber.runtime
+    mel = log_mel_spectrogram(load_audio(CLIPS / f"{clip}.flac"), runtime.n_mels, padding=N_SAMPLES)[None, :, :N_FRAMES]
+    window = runtime.encode(mel)
+    options = DecodeOptions(language="en", timestamps=True, temperatures=(0.0,))
+    prefix = forced_prefix(runtime.special, [], "en", options)
+    from whisperspec.whisper.decode import WindowDecoder
+
+    tokens = WindowDecoder(runtime).decode(window, options).tokens
+    sequence = prefix + tokens
+    runtime.decoder.start(window.hidden)
+    with torch.inference_mode():
+        hidden = runtime.decoder.forward(torch.tensor([sequence]), head=NO_HEAD)[0]
+    return hidden, sequence, len(prefix)
+
+
+@pytest.mark.parametrize("clip", ["tt-weasels", "vm-options"])
+def test_kept_scores_are_the_full_heads_and_the_argmax_under_every_rule_is_too(base, clip):
+    runtime = base.runtime
+    screened, head, special = runtime.screened_head, runtime.decoder.head, runtime.special
+    assert screened is not None
+    hidden, sequence, begin = _hidden_states(base, clip)
+    rules = WhisperLogitFilter(special, begin, True, runtime.vocab_size)
+    ts = special.timestamp_begin
+    checked = 0
+    with torch.inference_mode():
+        for start in range(begin - 1, len(sequence) - 1, 3):
+            rows = hidden[start:start + 3]
+            full = head(rows)
+            # the rules as they met these positions, and as they would after a pair of timestamps
+            # (text has to come) or after text then a timestamp (a timestamp or the end)
+            for tail in ([], [ts + 10, ts + 10], [sequence[begin + 1] if len(sequence) > begin + 1 else 440, ts + 20]):
+                contexts = [list(sequence[:start + i + 1]) + tail for i in range(len(rows))]
+
+                def text_matters(row, upper, contexts=contexts):
+                    return bool(torch.isfinite(rules(contexts[row], upper)[screened.screened_ids]).any())
+
+                ours = screened(rows, text_matters)
+                kept = torch.isfinite(ours)
+                assert torch.equal(ours[kept], full[kept])
+                for i, context in enumerate(contexts):
+                    expected = rules(context, full[i].clone()).argmax()
+                    assert int(rules(context, ours[i].clone()).argmax()) == int(expected)
+                    checked += 1
+                assert int(kept[0].sum()) < runtime.vocab_size or tail  # it did screen
+    assert checked > 30
+
+
+def test_a_transcription_is_the_same_with_the_head_screened(base):
+    """Greedy and `auto`, with timestamps: the same tokens, log-probabilities and no-speech
+    probabilities with the screen as with the full head."""
+    def transcribe(draft: str, screen: bool):
+        transcriber = Transcriber.__new__(Transcriber)
+        transcriber.__dict__.update(base.__dict__)
+        from whisperspec.whisper.drafters import make_drafter
+
+        transcriber.drafter = make_drafter(draft, base.runtime)
+        runtime = base.runtime
+        if screen:
+            runtime.tokens_decoded = 10 ** 9
+        else:
+            runtime.tokens_decoded = 0
+            runtime.__dict__.pop("screened_head", None)
+        result = transcriber.transcribe(CLIPS / "basic-pbx-ivr-main.flac", timestamps=True)
+        assert ("screened_head" in runtime.__dict__) == screen
+        return [(s.text, s.start, s.end, s.avg_logprob, s.no_speech_prob) for s in result.segments]
+
+    for draft in ("none", "auto"):
+        full, screened = transcribe(draft, False), transcribe(draft, True)
+        assert [s[:3] for s in screened] == [s[:3] for s in full]
+        for a, b in zip(screened, full):
+            assert a[3] == pytest.approx(b[3], abs=1e-5) and a[4] == pytest.approx(b[4], abs=1e-6)
+
+
+def test_the_screen_is_used_only_for_one_greedy_row(base):
+    runtime = base.runtime
+    runtime.decoder.start(torch.zeros(2, 1500, runtime.decoder.embed_tokens.shape[1]))
+    with pytest.raises(ValueError, match="one row"):
+        ScreenedDecoder(runtime.decoder, runtime.screened_head, lambda tokens, logits: logits)
