@@ -104,7 +104,8 @@ class ScreenedHead:
         # d u |w|_2 |x|_2 (d = 512 terms, u = 2^-24): both covered many times by `rounding`
         largest, smallest = max(float(scaled.max()), 0.0), min(float(scaled.min()), 0.0)
         norms = scaled.norm(dim=1, keepdim=True)
-        rounding = 1e-5 * self.weight_abs_max * max(largest, -smallest) + 1e-4 * self.weight_norm_max * float(norms.max())
+        rounding = (1e-5 * self.weight_abs_max * max(largest, -smallest)
+                    + 1e-4 * self.weight_norm_max * float(norms.max()))
         fixed = self.weight_abs * ((largest - smallest) / self.levels / 2) + (rounding + 1e-3)
         spread = torch.addcmul(fixed, self.weight_error, norms)  # the bound, [m, text tokens]
         upper = screen.add_(spread)
@@ -151,7 +152,7 @@ class ScreenedDecoder:
             raise ValueError("a screened head decodes one row")
         self.decoder, self.head, self.logit_filter = decoder, head, logit_filter
         self.inputs = torch.zeros(decoder.max_length, decoder.embed_tokens.shape[1])
-        self.screened = torch.zeros(decoder.max_length, dtype=torch.bool)  # by position: its scores were
+        self.screened = torch.zeros(decoder.max_length, dtype=torch.bool)  # by position: scores screened
         self.tokens: list[int] = []
 
     def forward(self, tokens: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
