@@ -21,6 +21,7 @@ A pass that reads a prompt returns every score (the no-speech probability is rea
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -62,7 +63,7 @@ class ScreenedHead:
         makers = {i: functools.partial(Int8Linear, None, quantised={"values": v, "scales": s})
                   for i, (v, s) in enumerate(blocks)}
         made = made_in_parallel(makers)
-        self.screen = RowBlocks([made[i] for i in range(len(made))])
+        self.screen_product = RowBlocks([made[i] for i in range(len(made))])
         dequantised = quantised["values"].float() * quantised["scales"].float()[:, None]
         self.weight_error = (scaled - dequantised).norm(dim=1)  # |w - w_q|_2 per row: Cauchy-Schwarz below
         self.weight_abs = dequantised.abs().sum(dim=1)  # |w_q|_1 per row: times the input's largest error
@@ -81,7 +82,7 @@ class ScreenedHead:
             return None
         generator = torch.Generator().manual_seed(0)
         with torch.inference_mode():
-            for rows, count in ((1, 5), (3, 300)):
+            for rows, count in ((1, 1), (1, 5), (3, 300)):
                 x = torch.randn(rows, head.weight.shape[1], generator=generator)
                 ids = torch.randperm(head.weight.shape[0], generator=generator)[:count]
                 if not torch.equal(_rows_product(x, head.weight[ids]), head(x)[:, ids]):
@@ -92,13 +93,11 @@ class ScreenedHead:
         size = final_norm.weight.detach().abs() + final_norm.bias.detach().abs()
         return cls(head, special, size.clamp_min(1e-6).sqrt())
 
-    def __call__(self, hidden: torch.Tensor, text_matters: Callable[[int, torch.Tensor], bool] | None = None):
-        """`text_matters(row, upper)`: for a row whose text scores are too flat to screen, whether
-        its argmax can still be a text token, given `upper` [vocab] (exact scores, the text
-        tokens' upper bounds); when not, its text tokens get -inf instead of exact scores."""
-        x = hidden.reshape(-1, hidden.shape[-1]).float()
+    def screen(self, x: torch.Tensor) -> Screen:
+        """Screen the rows of `x` [m, d] (one int8 product for all of them)."""
+        x = x.float()
         scaled = x / self.input_scale
-        screen = self.screen(scaled)  # [m, text tokens]
+        screen = self.screen_product(scaled)  # [m, text tokens]
         # |exact - screen| <= |w - w_q|_2 |x|_2 + |w_q|_1 max|x - x_q| + float rounding: of the
         # int8 product's scaling, relative, under |w_q|_1 max|x|; of the exact product, under
         # d u |w|_2 |x|_2 (d = 512 terms, u = 2^-24): both covered many times by `rounding`
@@ -110,78 +109,84 @@ class ScreenedHead:
         spread = torch.addcmul(fixed, self.weight_error, norms)  # the bound, [m, text tokens]
         upper = screen.add_(spread)
         best_lower = upper.sub(spread, alpha=2).amax(dim=1, keepdim=True)
-        reach = upper >= best_lower  # [m, text tokens]: what each row's argmax may be
-        exact = _rows_product(x, self.exact_weight)
-        limit = self.vocab // FULL_AFTER  # more candidates: gathering them costs more than the full head
-        counts = reach.sum(dim=1)
-        for row in (counts > limit).nonzero()[:, 0].tolist():
-            if text_matters is None or text_matters(row, self._scores(exact[row], upper[row])):
-                return self.full(hidden)
-            reach[row] = False
-        candidates = self.screened_ids[reach.any(dim=0) if len(reach) > 1 else reach[0]]
-        if len(candidates) > limit:
-            return self.full(hidden)
-        logits = torch.full((x.shape[0], self.vocab), float("-inf"))
-        logits[:, self.exact_ids] = exact
-        logits[:, candidates] = _rows_product(x, self.weight[candidates])
-        return logits.reshape(*hidden.shape[:-1], self.vocab)
+        return Screen(x, upper, upper >= best_lower, _rows_product(x, self.exact_weight))
+
+    def row(self, screen: Screen, i: int, text_matters: Callable[[torch.Tensor], bool]) -> torch.Tensor | None:
+        """Row i's scores [vocab]: exact where its argmax after Whisper's rules can be, -inf
+        elsewhere; None where only the full head can say. `text_matters(upper)`: for a row whose
+        text scores are too flat to screen, whether its argmax can still be a text token, given
+        `upper` [vocab] (exact scores, the text tokens' upper bounds); if not, they are all -inf."""
+        candidates = self.screened_ids[screen.reach[i]]
+        if len(candidates) > self.vocab // FULL_AFTER:  # gathering them costs more than the full head
+            if text_matters(self._scores(screen.exact[i], screen.upper[i])):
+                return None
+            candidates = candidates[:0]
+        scores = self._scores(screen.exact[i], torch.tensor(float("-inf")))
+        scores[candidates] = _rows_product(screen.x[i:i + 1], self.weight[candidates])[0]
+        return scores
 
     def _scores(self, exact: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
-        """Scores [..., vocab] from those of `exact_ids` and `screened_ids`."""
-        scores = torch.empty(*exact.shape[:-1], self.vocab)
-        scores[..., self.exact_ids] = exact
-        scores[..., self.screened_ids] = text
+        """Scores [vocab] from those of `exact_ids` and `screened_ids`."""
+        scores = torch.empty(self.vocab)
+        scores[self.exact_ids] = exact
+        scores[self.screened_ids] = text
         return scores
 
 
+@dataclass
+class Screen:
+    """Rows of a pass, screened: their input [m, d], the text tokens' upper bounds [m, text tokens],
+    which of those reach the row's best lower bound, and the exact scores of `exact_ids` [m, n]."""
+
+    x: torch.Tensor
+    upper: torch.Tensor
+    reach: torch.Tensor
+    exact: torch.Tensor
+
+
 def _rows_product(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """x @ rows.T on oneDNN: for an input of two rows or more, each score is the full packed head's
-    bits (one row runs another kernel: it is paired with itself)."""
-    if x.shape[0] == 1:
-        return onednn_linear(x.expand(2, -1), rows)[:1]
-    return onednn_linear(x, rows)
+    """x @ rows.T on oneDNN, each score the full packed head's bits: for two input rows or more and
+    two weight rows or more (a single one runs another kernel, so it is paired with a copy of
+    itself; a broadcast view of it runs yet another)."""
+    m, n = x.shape[0], rows.shape[0]
+    return onednn_linear(x.repeat(2, 1) if m == 1 else x, rows.repeat(2, 1) if n == 1 else rows)[:m, :n]
 
 
 class ScreenedDecoder:
-    """The main decoder as a one-row target of `generate_batch`, its head screened (greedy only:
-    a sample needs every probability), for a generation under `logit_filter`. Keeps each
-    position's token and input to the head, for the filter and for `logprobs`."""
+    """The main decoder as a one-row target of `generate_batch` whose plain steps screen the head
+    (greedy only: a sample needs every probability), for a generation under `logit_filter`.
+    Keeps each screened position's input to the head, for `logprobs`."""
 
     def __init__(self, decoder, head: ScreenedHead, logit_filter: LogitFilter):
         if decoder.batch_size != 1:
             raise ValueError("a screened head decodes one row")
         self.decoder, self.head, self.logit_filter = decoder, head, logit_filter
         self.inputs = torch.zeros(decoder.max_length, decoder.embed_tokens.shape[1])
-        self.screened = torch.zeros(decoder.max_length, dtype=torch.bool)  # by position: scores screened
-        self.tokens: list[int] = []
+        self.screened = torch.zeros(decoder.max_length, dtype=torch.bool)  # by position
 
     def forward(self, tokens: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
-        start = int(self.decoder.lengths[-1, 0])
-        del self.tokens[start:]
-        self.tokens += tokens[0].tolist()
-        hidden = self.decoder.forward(tokens, head=NO_HEAD, logits_to_keep=logits_to_keep)
-        first = len(self.tokens) - hidden.shape[1]  # the position of the first row kept
-        self.inputs[first:len(self.tokens)] = hidden[0]
-        # Only a plain step screens: a pass verifying drafted tokens reads its rows' argmaxes in
-        # turn, and the rows after a wrong draft token are often flat (the model wants a timestamp
-        # there), which leaves too many candidates to pay; a prompt's pass is read whole (the
-        # no-speech probability).
-        screens = logits_to_keep is None and tokens.shape[1] == 1
-        self.screened[first:len(self.tokens)] = screens
-        if not screens:
-            return self.decoder.head(hidden)
+        # Only a plain step screens. A prompt's pass is read whole (the no-speech probability); a
+        # pass verifying drafted tokens, screened row by row (a greedy verifier reads no row past
+        # the first that rejects), was measured slower than the full head, with a draft or `auto`.
+        if logits_to_keep is not None or tokens.shape[1] != 1:
+            return self.decoder.forward(tokens, logits_to_keep=logits_to_keep)
+        position = int(self.decoder.lengths[-1, 0])
+        hidden = self.decoder.forward(tokens, head=NO_HEAD)
+        # a plain step's token is kept: no later pass of this generation reads this position again
+        self.inputs[position], self.screened[position] = hidden[0, 0], True
+        sequence = self.decoder.fed_tokens[0, :position + 1].tolist()
+        row = self.head.row(self.head.screen(hidden[0]), 0, lambda upper: self._text_left(sequence, upper))
+        return self.decoder.head(hidden) if row is None else row[None, None]
 
-        def text_matters(row: int, upper: torch.Tensor) -> bool:
-            # Whisper's rules mask text as a block (a timestamp has to come, or the timestamps are
-            # likelier than any text token): if they do with every text score at its upper bound,
-            # they do with the true ones
-            filtered = self.logit_filter(self.tokens[:first + row + 1], upper)
-            return bool(torch.isfinite(filtered[self.head.screened_ids]).any())
-
-        return self.head(hidden, text_matters)
+    def _text_left(self, sequence: list[int], upper: torch.Tensor) -> bool:
+        """Whether Whisper's rules leave any text token after `sequence`, given every text score at
+        its upper bound. They mask text as a block (a timestamp has to come, or the timestamps are
+        likelier than any text token): if they do with the upper bounds, they do with the true
+        scores."""
+        return bool(torch.isfinite(self.logit_filter(sequence, upper)[self.head.screened_ids]).any())
 
     def rollback(self, lengths) -> None:
-        self.decoder.rollback(lengths)  # what is kept past it is written again before it is read
+        self.decoder.rollback(lengths)
 
     def reorder(self, rows: torch.Tensor) -> None:
         raise ValueError("a screened head decodes one row")
