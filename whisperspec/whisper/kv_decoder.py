@@ -53,9 +53,10 @@ class KVDecoder:
         self.encoder_hidden = None
         self.self_kv, self.exit_hidden = [], None  # allocated by `start`, reused while the shape fits
         # head -> this decoder's pass over one row, compiled with that head (None: not compilable),
-        # once `compile_after` passes with that head have run eager
+        # once `compile_after` passes have run eager (with any head: the count says the work is
+        # long enough, and a head first used late, as the screened one, compiles at once)
         self.single_row_passes: dict[nn.Module, torch.jit.ScriptModule | None] = {}
-        self.eager_passes: dict[nn.Module, int] = {}
+        self.eager_passes = 0
         self.compile_after = COMPILE_AFTER_PASSES
 
     @classmethod
@@ -224,8 +225,8 @@ class KVDecoder:
 
     def _single_row_pass(self, head: nn.Module):
         if head not in self.single_row_passes:
-            passes = self.eager_passes[head] = self.eager_passes.get(head, 0) + 1
-            if passes <= self.compile_after:
+            self.eager_passes += 1
+            if self.eager_passes <= self.compile_after:
                 return None
             self.single_row_passes[head] = script_single_row_pass(self, head)
         return self.single_row_passes[head]
