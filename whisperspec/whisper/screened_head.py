@@ -5,17 +5,18 @@ per pass, about 40% of a pass on a CPU, to find one argmax per position. `Screen
 scores the text tokens with an int8 copy of those weights (a quarter of the reading) and bounds
 each score's error from what quantisation did to that weight row and to this input. Exact float32
 scores are then computed only for the text tokens whose upper bound reaches the best lower bound
-(a few dozen, usually) and for every token Whisper's rules single out (special tokens,
+(a handful, usually) and for every token Whisper's rules single out (special tokens,
 timestamps, the fixed suppress lists): the same oneDNN product over their rows, bit for bit the
 full head's (`ScreenedHead.build` checks it on this machine, or screens nothing). Every other token
 gets -inf. Whisper's rules mask the text tokens as a block, timestamps and fixed lists, so the
 argmax after any of them is the full head's argmax, exactly.
 
 Scores like these cannot give log-probabilities (the normaliser needs every score), and Whisper
-reads one per emitted token (a window's average, for the fallback). `ScreenedDecoder` keeps each
-position's input to the head; `logprobs` then computes the emitted tokens' log-probabilities in
-one product at the end of the window: the weights read once per window instead of once per pass.
-A pass that reads a prompt returns every score (the no-speech probability is read from it).
+reads one per emitted token (a window's average, for the fallback). `ScreenedDecoder` screens the
+plain steps of one greedy row (a pass verifying drafted tokens, or reading a prompt, reads the full
+head: docs/BENCHMARKS.md has why) and keeps their positions' input to the head; `logprobs` then
+computes those tokens' log-probabilities in one product at the end of the window: the weights read
+once per window instead of once per step.
 """
 
 from __future__ import annotations
