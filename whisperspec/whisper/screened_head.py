@@ -41,7 +41,8 @@ SCREEN_BLOCKS = 2
 
 
 class ScreenedHead:
-    """logits [..., vocab] of the head's input [..., d]: exact where the argmax after Whisper's
+    """The head's scores for greedy steps: `screen` bounds every text token's score for some rows
+    in one int8 product; `row` gives a row's scores [vocab], exact where its argmax after Whisper's
     rules can be, -inf where it cannot (see the module docstring)."""
 
     def __init__(self, head: PackedLinear, special: WhisperTokens, input_scale: torch.Tensor):
@@ -197,7 +198,8 @@ class ScreenedDecoder:
         """The log-probability of each of sequence[first:] given what precedes it, after the rules:
         `verified` (the verifier's) where the full head gave the scores, else from the full head in
         one product over the positions that predicted them."""
-        positions = [p for p in range(first, len(sequence)) if self.screened[p - 1]]
+        screened = self.screened.tolist()
+        positions = [p for p in range(first, len(sequence)) if screened[p - 1]]
         if not positions:
             return list(verified)
         logits = self.decoder.head(self.inputs[torch.tensor(positions) - 1])
