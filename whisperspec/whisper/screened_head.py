@@ -176,15 +176,15 @@ class ScreenedDecoder:
         hidden = self.decoder.forward(tokens, head=NO_HEAD)
         # a plain step's token is kept: no later pass of this generation reads this position again
         self.inputs[position], self.screened[position] = hidden[0, 0], True
-        sequence = self.decoder.fed_tokens[0, :position + 1].tolist()
-        row = self.head.row(self.head.screen(hidden[0]), 0, lambda upper: self._text_left(sequence, upper))
+        row = self.head.row(self.head.screen(hidden[0]), 0, lambda upper: self._text_left(position, upper))
         return self.decoder.head(hidden) if row is None else row[None, None]
 
-    def _text_left(self, sequence: list[int], upper: torch.Tensor) -> bool:
-        """Whether Whisper's rules leave any text token after `sequence`, given every text score at
-        its upper bound. They mask text as a block (a timestamp has to come, or the timestamps are
+    def _text_left(self, position: int, upper: torch.Tensor) -> bool:
+        """Whether Whisper's rules leave any text token after the tokens up to `position`, given
+        every text score at its upper bound (asked only of a row too flat to screen). They mask text as a block (a timestamp has to come, or the timestamps are
         likelier than any text token): if they do with the upper bounds, they do with the true
         scores."""
+        sequence = self.decoder.fed_tokens[0, :position + 1].tolist()
         return bool(torch.isfinite(self.logit_filter(sequence, upper)[self.head.screened_ids]).any())
 
     def rollback(self, lengths) -> None:
