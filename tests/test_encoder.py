@@ -1,4 +1,4 @@
-"""Our encoder (fused oneDNN products, blocked attention): the stock encoder's numbers, faster."""
+"""Our encoder (fused oneDNN products, the attention kernel fast on this processor): the stock encoder's numbers, faster."""
 
 from __future__ import annotations
 
@@ -7,21 +7,35 @@ import torch
 import torch.nn.functional as F
 
 from tests.tiny_models import random_mel, tiny_runtime
-from whisperspec.kernels.blocked_attention import AVAILABLE, BLOCK, blocked_self_attention
+from whisperspec.kernels.encoder_attention import (AVAILABLE, BLOCK, blocked_self_attention, cpu_vendor,
+                                                   fused_self_attention, kernel_for)
 from whisperspec.kernels.int8_linear import Int8Linear
 
 needs_onednn = pytest.mark.skipif(not AVAILABLE, reason="needs torch's oneDNN linear op")
 
 
+def _reference_attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:  # the maths, in float64
+    q, k, v = (part.double().view(len(qkv), heads, -1).transpose(0, 1) for part in qkv.chunk(3, dim=-1))
+    return (torch.softmax(q @ k.transpose(1, 2), dim=-1) @ v).transpose(0, 1).reshape(len(qkv), -1).float()
+
+
 @needs_onednn
+@pytest.mark.parametrize("kernel", [blocked_self_attention, fused_self_attention])
 @pytest.mark.parametrize("n", [1, BLOCK - 1, 2 * BLOCK + 37])
-def test_blocked_attention_equals_the_fused_kernel(n):
+def test_both_encoder_attention_kernels_compute_attention(kernel, n):
     heads, head_dim = 3, 16
     qkv = torch.randn(n, 3 * heads * head_dim, generator=torch.Generator().manual_seed(n))
-    q, k, v = (part.view(n, heads, head_dim).transpose(0, 1) for part in qkv.chunk(3, dim=-1))
     with torch.inference_mode():
-        expected = F.scaled_dot_product_attention(q, k, v, scale=1.0).transpose(0, 1).reshape(n, -1)
-        torch.testing.assert_close(blocked_self_attention(qkv, heads), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(kernel(qkv, heads), _reference_attention(qkv, heads), rtol=1e-5, atol=1e-5)
+
+
+def test_the_attention_kernel_follows_the_processor(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert cpu_vendor(cpuinfo) == "AuthenticAMD"
+    assert cpu_vendor(tmp_path / "absent") == ""
+    assert kernel_for("AuthenticAMD") is blocked_self_attention and kernel_for("") is blocked_self_attention
+    assert kernel_for("GenuineIntel") is fused_self_attention
 
 
 @needs_onednn

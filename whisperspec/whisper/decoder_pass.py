@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from whisperspec.kernels.blocked_attention import AVAILABLE
+from whisperspec.kernels.encoder_attention import AVAILABLE
 from whisperspec.kernels.packed_linear import PackedLinear, packed_copy, packed_weight
 
 

@@ -4,12 +4,12 @@ The encoder is most of the time of a short clip end to end (one pass per 30-s wi
 frames). This class reads the weights of a transformers `WhisperEncoder` and runs each layer as
 
     qkv = [q*s | k | v] projection in one product    (three products in transformers)
-    attention per head, read straight out of qkv     (`blocked_self_attention`)
+    attention per head, read straight out of qkv     (`encoder_attention`)
     x = out_proj(attention) + x                      (residual added inside the product)
     x = fc2(gelu(fc1(norm(x)))) + x                  (GELU and the residual inside the products)
 
 on weights prepacked for oneDNN once. Its output is bit for bit what the stock module structure
-computes with oneDNN linears and blocked attention, one module after another (each output column
+computes with oneDNN linears and the same attention kernel, one module after another (each output column
 comes from the same dot product either way; the query scale 1/8 is a power of two for Whisper's
 64-wide heads, so folding it into the weights is exact), in fewer, larger products, which is what
 makes it faster. Against stock transformers (MKL linears, sdpa) the hidden states differ in the
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from whisperspec.kernels.blocked_attention import AVAILABLE, blocked_self_attention
+from whisperspec.kernels.encoder_attention import AVAILABLE, self_attention
 from whisperspec.kernels.int8_linear import Int8Linear
 from whisperspec.kernels.packed_linear import onednn_linear, packed_copy, packed_weight
 
@@ -80,7 +80,7 @@ class _FusedLayer:
         self.attn_norm, self.ffn_norm = layer.self_attn_layer_norm, layer.final_layer_norm
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        attention = blocked_self_attention(self.qkv(self.attn_norm(x)), self.n_heads)
+        attention = self_attention(self.qkv(self.attn_norm(x)), self.n_heads)
         x = self.out_proj(attention, add=x)
         return self.fc2(self.fc1(self.ffn_norm(x)), add=x)
 

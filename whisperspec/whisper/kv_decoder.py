@@ -27,10 +27,13 @@ from whisperspec.whisper.decoder_pass import (attention_mask, layer_pass, packed
                                               split_heads)
 
 
-# Compiling a pass (scripting it, then TorchScript's two profiling runs) costs as much as a few
-# hundred eager passes, which a short file never wins back: a decoder runs its first passes eager
-# and compiles after this many (the same numbers either way; docs/BENCHMARKS.md has the costs).
-COMPILE_AFTER_PASSES = 400
+# Compiling a pass (scripting it, then TorchScript's two profiling runs) costs what the compiled
+# pass saves over 100-250 eager ones (base's main decoder, the int8 self-draft, a distilled draft),
+# which a short file never wins back. Not knowing how long the work will be, a decoder runs eager
+# until the interpreter has cost about what compiling would (the ski-rental rule: never more than
+# about twice the best choice made knowing the length), then compiles. Same numbers either way;
+# docs/BENCHMARKS.md has the costs.
+COMPILE_AFTER_PASSES = 150
 
 
 class KVDecoder:
