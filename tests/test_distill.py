@@ -136,6 +136,19 @@ def test_synthetic_speech_fits_the_window():
         assert 0.05 < abs(utterance.audio).max() <= 1.0
 
 
+def test_measure_only_sets_are_refused_for_training_and_read_for_measuring(monkeypatch, tmp_path):
+    from whisperspec.distill import recordings
+    from whisperspec.evaluation.datasets import MEASURE_ONLY
+    from whisperspec.evaluation.manifest import Utterance
+
+    measured = sorted(MEASURE_ONLY)[0]
+    with pytest.raises(ValueError, match="measuring only"):
+        recordings.recording_paths([measured])
+    clip = tmp_path / "clip.wav"
+    monkeypatch.setattr(recordings, "load_dataset", lambda name: [Utterance("a", str(clip), "", "en", 1.0)])
+    assert recordings.recording_paths([measured], training=False) == [clip]
+
+
 def test_recordings_become_windows_the_way_decoding_meets_them(tmp_path):
     import soundfile as sf
 

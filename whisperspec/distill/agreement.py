@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     sets: dict[str, list[Example]] = {}
     for spec in args.source:
         source, language, *mode = spec.rsplit(":", 2) if spec.endswith(":longform") else spec.rsplit(":", 1)
-        paths = recording_paths([source])
+        paths = recording_paths([source], training=False)  # measuring: measure-only sets are what it is for
         paths = paths if mode else paths[:args.limit]
         path = Path(source)  # named by its folder (a manifest's, a file's) and, for a file, its name
         label = path.parent.name if path.suffix == ".jsonl" else f"{path.parent.name}-{path.stem}" if path.is_file() else path.name

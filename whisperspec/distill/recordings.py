@@ -34,9 +34,10 @@ MODES = {"plain": DecodeOptions(temperatures=(0.0,)),
          "prompt": DecodeOptions(temperatures=(0.0,))}  # with a previous-text prompt
 
 
-def recording_paths(sources: list[str]) -> list[Path]:
+def recording_paths(sources: list[str], training: bool = True) -> list[Path]:
     """Audio files from files, folders (searched recursively), .jsonl manifests or a data set name
-    `load_dataset` knows (e.g. asterisk-en-distill) but those kept for measuring; sorted, each once."""
+    `load_dataset` knows (e.g. asterisk-en-distill), for training only those not kept for measuring
+    (`training=False`: measuring a draft, as `whisperspec.distill.agreement` does); sorted, each once."""
     paths: set[Path] = set()
     for source in sources:
         path = Path(source)
@@ -47,7 +48,8 @@ def recording_paths(sources: list[str]) -> list[Path]:
         elif path.is_file():
             paths.add(path)
         else:
-            check_trainable(source)
+            if training:
+                check_trainable(source)
             paths |= {Path(u.audio) for u in load_dataset(source)}
     if not paths:
         raise FileNotFoundError(f"no audio found in {', '.join(sources)}")

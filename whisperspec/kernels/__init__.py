@@ -1,1 +1,1 @@
-"""Kernels: the products our encoder and decoders run (oneDNN prepacked, int8, blocked attention)."""
+"""Kernels: the products our encoder and decoders run (oneDNN prepacked, int8, the encoder's attention)."""
