@@ -274,6 +274,21 @@ def test_long_form_windows_follow_on_after_the_text_of_the_first(monkeypatch):
     assert all(timestamps_on)
 
 
+def test_agreement_labels_a_long_file_window_by_window_as_transcription_walks_it(tmp_path):
+    import soundfile as sf
+
+    from whisperspec.distill.agreement import longform_examples
+
+    runtime = tiny_runtime(5, dtype=torch.float32)
+    runtime.max_length = 60  # random models babble: keep labelling short
+    path = tmp_path / "talk.wav"
+    sf.write(path, (torch.randn(16000 * 45, generator=torch.Generator().manual_seed(3)) * 0.1).numpy(), 16000)
+    examples = longform_examples(runtime, path, "en")
+    assert len(examples) >= 2  # 45 s: at least two windows, each labelled once
+    assert examples[0].tokens[0] == runtime.special.sot  # the first window has no previous text
+    assert all(runtime.special.no_timestamps not in e.tokens[:e.sample_begin] for e in examples)
+
+
 def _stream(seconds):
     from whisperspec.distill.speech import Utterance
 

@@ -6,7 +6,7 @@
 
 A source is SOURCE:LANGUAGE[:longform]: a data set name, folder, manifest or file, and the language
 it is decoded in. The main model labels its short recordings joined into windows (with pauses), once
-plain and once with timestamps; a `longform` source is transcribed as `transcribe_longform` does
+plain and once with timestamps; a `longform` source is transcribed as `Transcriber` walks a long file
 (timestamps, each window after the previous text) and every window it decoded is kept with its
 prompt. Labels are cached under --data-dir. `--shards` adds labelled folders as they are (the
 held-out synthetic windows `whisperspec distill` wrote). Each draft then predicts every token of the
@@ -69,22 +69,19 @@ def label_source(runtime, paths: list[Path], language: str, folder: Path, longfo
 
 
 def longform_examples(runtime, path: Path, language: str) -> list[Example]:
-    """Every window of a long-form transcription of `path`, with the prompt it was decoded after."""
-    from whisperspec.whisper.longform import transcribe_longform
+    """Every window of a long-form transcription of `path` (the walk `Transcriber` takes: timestamps,
+    each window after the previous text), with the prompt it was decoded after."""
+    from whisperspec.whisper.longform import LongformWalk
 
     audio = load_audio(path)
     mel = log_mel_spectrogram(audio, runtime.n_mels, padding=N_SAMPLES)
     decoder, examples = WindowDecoder(runtime), []
-    decode = decoder.decode
-
-    def decode_and_keep(window, options, prompt=()):
-        result = decode(window, options, prompt)
-        examples.extend(teacher_forced_examples(runtime, window, [list(prompt)], options, [result]))
-        return result
-
-    decoder.decode = decode_and_keep
-    options = DecodeOptions(language=language, timestamps=True)
-    transcribe_longform(decoder, mel, len(audio) // (N_SAMPLES // N_FRAMES), options)
+    walk = LongformWalk(runtime, mel, len(audio) // (N_SAMPLES // N_FRAMES), DecodeOptions(language=language))
+    while not walk.done:
+        window, prompt = runtime.encode(walk.window_mel()[None]), walk.prompt
+        result = decoder.decode(window, walk.options, prompt)
+        examples.extend(teacher_forced_examples(runtime, window, [list(prompt)], walk.options, [result]))
+        walk.advance(result)
     return examples
 
 
