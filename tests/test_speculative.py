@@ -342,6 +342,18 @@ def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
     assert not torch.equal(draft.cross_kv[0][0], pool_frames(main.cross_kv[0][0], 2).to(draft.cross_kv[0][0].dtype))
 
 
+def test_auto_builds_its_model_candidates_compiled_from_their_first_pass():
+    """Measured eager, a seldom-chosen candidate would look dearer than it is and never run the
+    passes that would compile it (`auto.compiled_at_once`)."""
+    from whisperspec.whisper.drafters.auto import auto_drafter
+
+    runtime = tiny_runtime(0, dtype=torch.float32)
+    auto = auto_drafter(runtime)
+    int8 = auto.candidates["int8"].make()
+    assert int8.model.decoder.compile_after == 0
+    assert make_drafter("int8", runtime).model.decoder.compile_after > 0  # asked for alone: the usual rule
+
+
 def test_a_distilled_draft_reuses_the_keys_and_values_of_the_main_layers_it_copied():
     runtime = tiny_runtime(0)
     last = runtime.decoder.n_layers - 1

@@ -14,6 +14,7 @@ from whisperspec import defaults
 from whisperspec.distill.draft_file import draft_languages, shipped_drafts
 from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
+from whisperspec.whisper.kv_decoder import KVDecoder
 
 # Priors (docs/BENCHMARKS.md has the measurements): per-token acceptance, the cost of drafting one
 # token as a share of a plain step of the main model, and of building the drafter in plain steps.
@@ -33,13 +34,26 @@ def auto_drafter(runtime, online_learning: bool = False) -> SelectingDrafter:
         agreement = [a for language, a in draft_languages(path).items() if language in languages and a] or [0.7]
         candidates.append(Candidate(
             "trained" if "en" in languages else f"trained:{path.stem}",
-            lambda path=path: trained_drafter(path, runtime, online_learning),
+            lambda path=path: compiled_at_once(trained_drafter(path, runtime, online_learning)),
             acceptance=sum(agreement) / len(agreement), step_cost=TRAINED_STEP_COST,
             build_cost=TRAINED_BUILD_COST, watches=online_learning,
             applies=lambda tokens, languages=languages: runtime.special.language_of(tokens) in languages))
     candidates += [
-        Candidate("int8", lambda: int8_self_drafter(runtime), acceptance=INT8_ACCEPTANCE, step_cost=INT8_STEP_COST,
+        Candidate("int8", lambda: compiled_at_once(int8_self_drafter(runtime)), acceptance=INT8_ACCEPTANCE,
+                  step_cost=INT8_STEP_COST,
                   build_cost=INT8_BUILD_COST),
         Candidate("ngram", lambda: NgramDrafter(defaults.NGRAM_MAX), acceptance=NGRAM_ACCEPTANCE, step_cost=0.0),
     ]
     return SelectingDrafter(candidates)
+
+
+def compiled_at_once(drafter):
+    """A model candidate compiles its one-row pass at its first pass instead of after
+    `COMPILE_AFTER_PASSES` eager ones. `auto` builds a candidate once it expects to repay the build
+    (compiling included, in its build cost) and then judges it by what its rounds cost: run eager, a
+    candidate seldom chosen would be measured at its eager cost (1.5x its compiled one for a
+    distilled draft), lose for it, and so never run the passes that would compile it."""
+    decoder = getattr(getattr(drafter, "model", None), "decoder", None)
+    if isinstance(decoder, KVDecoder):
+        decoder.compile_after = 0
+    return drafter
