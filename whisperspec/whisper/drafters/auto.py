@@ -52,7 +52,8 @@ def compiled_at_once(drafter):
     `COMPILE_AFTER_PASSES` eager ones. `auto` builds a candidate once it expects to repay the build
     (compiling included, in its build cost) and then judges it by what its rounds cost: run eager, a
     candidate seldom chosen would be measured at its eager cost (1.5x its compiled one for a
-    distilled draft), lose for it, and so never run the passes that would compile it."""
+    distilled draft), lose for it, and so never run the passes that would compile it. A draft that
+    learns online (`OnlineDrafter`) rebuilds its model as it trains, and keeps the usual rule."""
     decoder = getattr(getattr(drafter, "model", None), "decoder", None)
     if isinstance(decoder, KVDecoder):
         decoder.compile_after = 0
