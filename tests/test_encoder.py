@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from tests.tiny_models import random_mel, tiny_runtime
 from whisperspec.kernels.encoder_attention import (AVAILABLE, BLOCK, blocked_self_attention, cpu_vendor,
