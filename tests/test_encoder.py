@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from tests.tiny_models import random_mel, tiny_runtime
-from whisperspec.kernels.encoder_attention import (AVAILABLE, BLOCK, blocked_self_attention, cpu_vendor,
-                                                   fused_self_attention, kernel_for)
+from whisperspec.kernels.encoder_attention import (BLOCK, blocked_self_attention, cpu_vendor, fused_self_attention,
+                                                   kernel_for)
 from whisperspec.kernels.int8_linear import Int8Linear
+from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE
 
-needs_onednn = pytest.mark.skipif(not AVAILABLE, reason="needs torch's oneDNN linear op")
+needs_onednn = pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="needs torch's oneDNN linear op")
 
 
 def _reference_attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:  # the maths, in float64

@@ -25,17 +25,6 @@ from whisperspec.kernels.packed_linear import onednn_linear
 BLOCK = 500  # queries per block: scores that stay in cache; the size barely matters around it
 
 
-def _available() -> bool:
-    try:
-        x = torch.ones(2, 4)
-        return torch.allclose(onednn_linear(x, x), x @ x.T)
-    except (AttributeError, RuntimeError):
-        return False
-
-
-AVAILABLE = torch.backends.mkldnn.is_available() and _available()  # oneDNN's linear op (every fused product)
-
-
 def fused_self_attention(qkv: torch.Tensor, n_heads: int) -> torch.Tensor:
     """softmax(q k^T) v per head for `qkv` [n, 3 * d], one fused projection's output (queries
     already scaled); returns [n, d] with the heads side by side, ready for out_proj."""

@@ -64,6 +64,19 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
+def _onednn_works() -> bool:
+    try:
+        x = torch.ones(2, 4)
+        return torch.allclose(onednn_linear(x, x), x @ x.T)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+# oneDNN's linear op runs here (a torch build may lack it): every fused product of the encoder and
+# decoder needs it; without it they run the stock modules
+ONEDNN_AVAILABLE = torch.backends.mkldnn.is_available() and _onednn_works()
+
+
 def packed_weight(weight: torch.Tensor) -> torch.Tensor | None:
     """`weight` [out, in] in oneDNN's blocked layout (a new tensor), or None where that is not possible."""
     if weight.dtype != torch.float32 or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():

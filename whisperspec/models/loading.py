@@ -119,10 +119,10 @@ def hub_snapshot(repo_id: str) -> Path:
 def _read_folder(folder: Path, dtype: torch.dtype) -> tuple:
     """Our reading of a transformers folder (no transformers import), where it can read it: float32,
     as every fused product runs; anything else goes through transformers."""
-    from whisperspec.kernels.encoder_attention import AVAILABLE
+    from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE
     from whisperspec.models.checkpoint import WhisperTextTokenizer, WhisperWeights, can_read
 
-    if dtype != torch.float32 or not AVAILABLE or not can_read(folder):
+    if dtype != torch.float32 or not ONEDNN_AVAILABLE or not can_read(folder):
         return _from_pretrained(folder, dtype)
     return WhisperWeights.from_folder(folder, dtype), WhisperTextTokenizer(folder / "tokenizer.json"), None
 

@@ -26,8 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from whisperspec.kernels.encoder_attention import AVAILABLE
-from whisperspec.kernels.packed_linear import PackedLinear, packed_copy, packed_weight
+from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, PackedLinear, packed_copy, packed_weight
 
 
 def split_heads(x: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
@@ -123,7 +122,7 @@ def packed_decoder(decoder: nn.Module) -> nn.Module:
     """A copy of a Whisper decoder whose linears run on oneDNN (`packed_copy`, sharing every
     weight), leaving unpacked those that its layers' `PackedDecoderLayer`s fuse away."""
     linears = [layer.get_submodule(name) for layer in decoder.layers for name in FUSED_AWAY + FUSED_INTO]
-    fuses = (AVAILABLE and _power_of_two(decoder.layers[0].self_attn.scaling)
+    fuses = (ONEDNN_AVAILABLE and _power_of_two(decoder.layers[0].self_attn.scaling)
              and all(type(m) is nn.Linear and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"
                      for m in linears))
     return packed_copy(decoder, unpacked=FUSED_AWAY if fuses else ())

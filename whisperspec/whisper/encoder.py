@@ -29,14 +29,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from whisperspec.kernels.encoder_attention import AVAILABLE, self_attention
+from whisperspec.kernels.encoder_attention import self_attention
 from whisperspec.kernels.int8_linear import Int8Linear
-from whisperspec.kernels.packed_linear import onednn_linear, packed_copy, packed_weight
+from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, onednn_linear, packed_copy, packed_weight
 
 
 class Encoder:
     def __init__(self, encoder: nn.Module, int8: bool = False):
-        fused = (AVAILABLE and encoder.conv1.weight.dtype == torch.float32
+        fused = (ONEDNN_AVAILABLE and encoder.conv1.weight.dtype == torch.float32
                  and encoder.config.activation_function == "gelu")
         if int8 and not fused:
             raise ValueError("compute type int8 needs a float32 Whisper with GELU and torch's oneDNN ops")
