@@ -58,6 +58,7 @@ def test_model_field_only_accepts_what_the_operator_allows(tmp_path):
 
 def test_the_pool_keeps_a_bounded_number_of_models(monkeypatch):
     from whisperspec import demo
+    from whisperspec.whisper.model import resolve_compute_type
 
     monkeypatch.setattr(demo, "Transcriber", lambda model, **kwargs: object())
     pool = TranscriberPool(size=2)
@@ -65,7 +66,8 @@ def test_the_pool_keeps_a_bounded_number_of_models(monkeypatch):
     pool.get("b", "none")
     assert pool.get("a", "none") is first  # used again: kept
     pool.get("c", "none")  # "b" was the least recently used
-    assert set(pool._transcribers) == {("a", "none", "float32"), ("c", "none", "float32")}
+    compute_type = resolve_compute_type("auto")  # the default, as it runs here
+    assert set(pool._transcribers) == {("a", "none", compute_type), ("c", "none", compute_type)}
 
 
 @pytest.mark.real

@@ -116,25 +116,41 @@ def test_a_drafts_int8_product_in_blocks_of_rows_is_the_whole_product():
 
 
 @needs_onednn
-def test_int8_encoder_is_close_to_float32_and_encodes_each_window_alone():
+@pytest.mark.parametrize("compute_type, encoder_error", [("int8", 0.05), ("bfloat16", 0.02)])
+def test_a_faster_compute_type_is_close_to_float32_and_encodes_each_window_alone(compute_type, encoder_error):
     exact = tiny_runtime(0, dtype=torch.float32)
-    int8 = tiny_runtime(0, dtype=torch.float32, compute_type="int8")
+    fast = tiny_runtime(0, dtype=torch.float32, compute_type=compute_type)
+    assert fast.compute_type == compute_type
     mel = random_mel(0, batch=2, dtype=torch.float32)
     with torch.inference_mode():
-        window, reference = int8.encode(mel), exact.encode(mel)
-        assert 0 < _relative_error(window.hidden, reference.hidden) < 0.05
-        assert torch.equal(window.hidden[1:], int8.encode(mel[1:]).hidden)
-        # the window's cross-attention keys/values: int8 products as well, each window alone
-        int8.decoder.start(window.hidden)
-        batch_keys = int8.decoder.cross_kv[0][0]
-        int8.decoder.start(window.hidden[1:])
-        assert torch.equal(batch_keys[1:], int8.decoder.cross_kv[0][0])
+        window, reference = fast.encode(mel), exact.encode(mel)
+        assert window.hidden.dtype == torch.float32
+        assert 0 < _relative_error(window.hidden, reference.hidden) < encoder_error
+        assert torch.equal(window.hidden[1:], fast.encode(mel[1:]).hidden)
+        # the window's cross-attention keys/values: such products as well, each window alone
+        fast.decoder.start(window.hidden)
+        batch_keys = fast.decoder.cross_kv[0][0]
+        assert batch_keys.dtype == torch.float32  # the per-token attention reading them stays float32
+        fast.decoder.start(window.hidden[1:])
+        assert torch.equal(batch_keys[1:], fast.decoder.cross_kv[0][0])
         exact.decoder.start(window.hidden)
         assert 0 < _relative_error(batch_keys, exact.decoder.cross_kv[0][0]) < 0.02
 
 
-def test_int8_needs_the_float32_fused_encoder():
-    with pytest.raises(ValueError, match="int8"):
-        tiny_runtime(0, compute_type="int8")  # float64
+@pytest.mark.parametrize("compute_type", ["int8", "bfloat16"])
+def test_a_faster_compute_type_needs_the_float32_fused_encoder(compute_type):
+    with pytest.raises(ValueError, match=compute_type):
+        tiny_runtime(0, compute_type=compute_type)  # float64
     with pytest.raises(ValueError, match="compute type"):
         tiny_runtime(0, dtype=torch.float32, compute_type="int4")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_compute_type_auto_is_bfloat16_where_its_products_are_fast(monkeypatch, fast):
+    import whisperspec.whisper.model as model
+
+    monkeypatch.setattr(model, "bfloat16_is_fast", lambda: fast)
+    assert model.resolve_compute_type("auto") == ("bfloat16" if fast else "float32")
+    assert model.resolve_compute_type("int8") == "int8" and model.resolve_compute_type("float32") == "float32"
+    if ONEDNN_AVAILABLE:
+        assert tiny_runtime(0, dtype=torch.float32, compute_type="auto").compute_type == model.resolve_compute_type("auto")

@@ -233,10 +233,11 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
         assert accepted > 0 or name == "none" or (name == "int8" and not timestamps), name
 
 
-def test_compute_type_int8_keeps_every_drafter_exact_and_rows_independent():
-    """An int8 encoder changes the main model's output a little; drafting must still change nothing,
-    and a window must decode the same in any batch (each window is quantised alone)."""
-    runtime = tiny_runtime(4, dtype=torch.float32, compute_type="int8")
+@pytest.mark.parametrize("compute_type", ["int8", "bfloat16"])
+def test_a_faster_compute_type_keeps_every_drafter_exact_and_rows_independent(compute_type):
+    """An int8 or bfloat16 encoder changes the main model's output a little; drafting must still
+    change nothing, and a window must decode the same in any batch (each window's products alone)."""
+    runtime = tiny_runtime(4, dtype=torch.float32, compute_type=compute_type)
     mel = random_mel(4, batch=2, dtype=torch.float32)
     options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
     singles = [WindowDecoder(runtime).decode(runtime.encode(mel[i:i + 1]), options).tokens for i in range(2)]

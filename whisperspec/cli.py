@@ -140,8 +140,9 @@ def _add_transcribe(commands) -> None:
     p.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3, ...), folders (searched recursively), "
                                             "globs, or manifests (.jsonl/.csv with audio[,language,id]; .txt)")
     p.add_argument("--model", default=defaults.MODEL, help="base, tiny.en, a faster-whisper/transformers dir or hub id")
-    p.add_argument("--compute-type", choices=("float32", "int8"), default="float32",
-                   help="int8: int8 encoder, like faster-whisper's int8 (speculation stays exact for either)")
+    p.add_argument("--compute-type", choices=("auto", "float32", "bfloat16", "int8"), default=defaults.COMPUTE_TYPE,
+                   help="how the encoder runs, as faster-whisper's: auto (default) is bfloat16 on processors "
+                        "with AMX, float32 elsewhere; speculation stays exact for any")
     p.add_argument("--language", default=None, help="language code or name (default: detect)")
     p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
     p.add_argument("--timestamps", action="store_true", help="decode timestamps (segments with times)")

@@ -42,7 +42,7 @@ from whisperspec.resources import sample_audio
 from whisperspec.transcribe import Transcriber
 from whisperspec.spec import DraftSpec
 from whisperspec.whisper.drafters import DRAFTERS, parse_draft_spec
-from whisperspec.whisper.model import COMPUTE_TYPES
+from whisperspec.whisper.model import COMPUTE_TYPES, resolve_compute_type
 
 SAMPLE = sample_audio()
 DRAFTS = [kind.name for kind in DRAFTERS]
@@ -78,16 +78,17 @@ class TranscriberPool:
         self._lock = threading.Lock()
         self.size = size
 
-    def get(self, model: str, draft: DraftSpec, compute_type: str = "float32") -> Transcriber:
+    def get(self, model: str, draft: DraftSpec, compute_type: str = defaults.COMPUTE_TYPE) -> Transcriber:
         return self._entry(model, draft, compute_type)[0]
 
     @contextmanager
-    def use(self, model: str, draft: DraftSpec, compute_type: str = "float32"):
+    def use(self, model: str, draft: DraftSpec, compute_type: str = defaults.COMPUTE_TYPE):
         transcriber, busy = self._entry(model, draft, compute_type)
         with busy:
             yield transcriber
 
     def _entry(self, model: str, draft: DraftSpec, compute_type: str) -> tuple[Transcriber, threading.Lock]:
+        compute_type = resolve_compute_type(compute_type)  # "auto" and what it stands for share one
         key = (model, str(draft), compute_type)
         with self._lock:
             if key not in self._transcribers:
@@ -194,7 +195,7 @@ def request_choices(model, draft, lookahead, compute_type, allowed: dict[str, st
 
 
 def transcribe_request(pool: TranscriberPool, audio_path, model, draft, lookahead, language, task, compare,
-                       compute_type="float32", progress=None, allowed: dict[str, str] | None = None,
+                       compute_type=defaults.COMPUTE_TYPE, progress=None, allowed: dict[str, str] | None = None,
                        max_seconds: float = MAX_SECONDS, interrupt: Callable[[], None] | None = None):
     """One request: returns (text, segments, token view, stats, files). Raises ValueError with a
     message for the page when the input cannot be used; `interrupt` (a RequestGuard) is checked
@@ -325,8 +326,9 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
                                     info="the models this demo's operator serves")
                 draft = gr.Dropdown(DRAFTS, value=defaults.DRAFT, label="Drafter")
                 lookahead = gr.Dropdown(LOOKAHEADS, value=defaults.LOOKAHEAD, label="Lookahead")
-                compute_type = gr.Radio(list(COMPUTE_TYPES), value="float32", label="Compute type",
-                                        info="int8: a faster, slightly different encoder (drafting stays exact)")
+                compute_type = gr.Radio(list(COMPUTE_TYPES), value=defaults.COMPUTE_TYPE, label="Compute type",
+                                        info="auto: bfloat16 on processors with AMX, else float32; bfloat16 and int8 run the "
+                                             "encoder faster, slightly differently (drafting stays exact)")
                 with gr.Row():
                     language = gr.Textbox("", label="Language", placeholder="detect")
                     task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
@@ -351,7 +353,7 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
         inputs = [audio, model, draft, lookahead, language, task, compare, compute_type]
         button.click(run, inputs, [text, segments, tokens, stats, files])
         if SAMPLE.is_file():
-            gr.Examples([[str(SAMPLE), default_model, "auto", defaults.LOOKAHEAD, "", "transcribe", True, "float32"]], inputs,
+            gr.Examples([[str(SAMPLE), default_model, "auto", defaults.LOOKAHEAD, "", "transcribe", True, defaults.COMPUTE_TYPE]], inputs,
                         label="Bundled sample (Asterisk prompt, CC BY-SA 3.0)")
         live = gr.State(None)
         settings = [model, draft, lookahead, compute_type, language, task]

@@ -29,7 +29,7 @@ class Transcriber:
     """Loads a model (and its drafter) once; transcribes any number of files or arrays.
 
     model: "base" / "tiny.en" (embedded), a faster-whisper (CTranslate2) dir, a transformers dir
-    or hub id. compute_type: "float32", or "int8" for an int8 encoder (see `WhisperRuntime`).
+    or hub id. compute_type: "auto", "float32", "bfloat16" or "int8" (see `WhisperRuntime`).
     draft: `DRAFT[@LOOKAHEAD]` (`whisperspec.whisper.drafters`): "none" for plain greedy, "auto",
     "auto@5", ...; lookahead: the same as "@LOOKAHEAD", as a separate argument.
     temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for one
@@ -56,7 +56,7 @@ class Transcriber:
     or "off" (docs/ONLINE.md); the transcript is the same either way.
     """
 
-    def __init__(self, model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
+    def __init__(self, model: str = defaults.MODEL, *, compute_type: str = defaults.COMPUTE_TYPE, draft: str | None = None,
                  lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
                  timestamps: bool = False, temperature=None, condition_on_previous_text: bool = True,
                  initial_prompt: str | None = None, carry_initial_prompt: bool = False, hotwords: str | None = None,
@@ -102,7 +102,7 @@ class Transcriber:
         self.load_seconds = time.perf_counter() - started
 
     @staticmethod
-    def check_options(model: str = defaults.MODEL, *, compute_type: str = "float32", draft: str | None = None,
+    def check_options(model: str = defaults.MODEL, *, compute_type: str = defaults.COMPUTE_TYPE, draft: str | None = None,
                       lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
                       timestamps: bool = False, temperature=None, seed: int = 0, sampling: str = "coupled",
                       compression_ratio_threshold=defaults.COMPRESSION_RATIO_THRESHOLD,

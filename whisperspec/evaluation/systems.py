@@ -4,7 +4,8 @@ Spec strings (for `--systems`), parsed by `whisperspec.spec.parse_system`:
     whisperspec[:DRAFT[@LOOKAHEAD]]          e.g. whisperspec (the default drafter, auto), whisperspec:none
                                              (plain greedy), whisperspec:int8@6, whisperspec:ngram@cost,
                                              whisperspec:early-exit:5@4, whisperspec:auto@confidence:0.4
-    whisperspec-int8[:DRAFT[@LOOKAHEAD]]     the same with compute type int8 (an int8 encoder)
+    whisperspec-TYPE[:DRAFT[@LOOKAHEAD]]     the same with compute type TYPE: float32, bfloat16 or int8
+                                             (whisperspec alone: the default, auto)
     transformers[:assistant=MODEL | :prompt-lookup=N]
     faster-whisper:int8 | faster-whisper:float32
 """
@@ -34,7 +35,8 @@ class Output:
 
 
 class WhisperspecSystem:
-    def __init__(self, name: str, model: str, draft: DraftSpec, compute_type: str = "float32", **options):
+    def __init__(self, name: str, model: str, draft: DraftSpec, compute_type: str = defaults.COMPUTE_TYPE,
+                 **options):
         """options: any other `Transcriber` arguments (vad=True, beam_size=5, ...)."""
         from whisperspec.transcribe import Transcriber
 
@@ -136,7 +138,7 @@ class FasterWhisperSystem:
         self.process.wait(timeout=30)
 
 
-OURS = ("whisperspec", "whisperspec-int8")
+OURS = ("whisperspec", "whisperspec-float32", "whisperspec-bfloat16", "whisperspec-int8")
 PEERS = ("transformers", "faster-whisper")
 
 
@@ -156,7 +158,7 @@ def build_system(spec: str, model: str):
     parsed = parse_system_spec(spec)
     kind, rest = parsed.system, parsed.option
     if kind in OURS:
-        compute_type = "int8" if kind.endswith("int8") else "float32"
+        compute_type = kind.partition("-")[2] or defaults.COMPUTE_TYPE
         return WhisperspecSystem(spec, model, parsed.draft, compute_type)
     if kind == "transformers":
         option, _, value = rest.partition("=")

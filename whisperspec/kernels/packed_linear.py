@@ -78,13 +78,45 @@ ONEDNN_AVAILABLE = torch.backends.mkldnn.is_available() and _onednn_works()
 
 
 def packed_weight(weight: torch.Tensor) -> torch.Tensor | None:
-    """`weight` [out, in] in oneDNN's blocked layout (a new tensor), or None where that is not possible."""
-    if weight.dtype != torch.float32 or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    """`weight` [out, in] (float32 or bfloat16) in oneDNN's blocked layout (a new tensor), or None
+    where that is not possible."""
+    if weight.dtype not in (torch.float32, torch.bfloat16) or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return None
     try:
         return torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
     except (AttributeError, RuntimeError):  # a torch build without these ops
         return None
+
+
+def bfloat16_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` in bfloat16, packed for oneDNN where it can be."""
+    weight = weight.detach().bfloat16()
+    packed = packed_weight(weight)
+    return weight if packed is None else packed
+
+
+def bfloat16_is_fast() -> bool:
+    """Whether bfloat16 products are several times faster than float32 ones here: on processors
+    with AMX tiles (Intel Xeon since Sapphire Rapids) that the system lets programs use. With
+    AVX-512 BF16 alone they were measured slower (the encoder took 329 ms against float32's 278)."""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())
+    except (AttributeError, RuntimeError):  # a torch without these probes
+        return False
+
+
+class Bfloat16Linear(nn.Module):
+    """y = x @ weight.T + bias as one bfloat16 product (float32 sums; on processors with AMX or
+    AVX-512 BF16 several times the float32 speed), from and to float32: for the products whose
+    input is a window's 1500 frames (compute type bfloat16), never the per-token ones."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.packed = bfloat16_weight(weight)
+        self.bias = None if bias is None else bias.detach().bfloat16()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return onednn_linear(x.bfloat16(), self.packed, self.bias).float()
 
 
 def packed_copy(module: nn.Module, unpacked: tuple[str, ...] = ()) -> nn.Module:

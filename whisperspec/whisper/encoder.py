@@ -25,27 +25,36 @@ torch without the oneDNN ops) runs the stock transformers encoder.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from whisperspec.kernels.encoder_attention import self_attention
 from whisperspec.kernels.int8_linear import Int8Linear
-from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, onednn_linear, packed_copy, packed_weight
+from whisperspec.kernels.packed_linear import (ONEDNN_AVAILABLE, bfloat16_weight, onednn_linear, packed_copy,
+                                               packed_weight)
 
 
 class Encoder:
-    def __init__(self, encoder: nn.Module, int8: bool = False):
+    def __init__(self, encoder: nn.Module, compute_type: str = "float32"):
         fused = (ONEDNN_AVAILABLE and encoder.conv1.weight.dtype == torch.float32
                  and encoder.config.activation_function == "gelu")
-        if int8 and not fused:
-            raise ValueError("compute type int8 needs a float32 Whisper with GELU and torch's oneDNN ops")
-        self.layers = [_FusedLayer(layer, int8) for layer in encoder.layers] if fused else None
+        if compute_type != "float32" and not fused:
+            raise ValueError(f"compute type {compute_type} needs a float32 Whisper with GELU and torch's oneDNN ops")
+        layer = {"float32": _FusedLayer, "int8": _Int8Layer, "bfloat16": _Bfloat16Layer}[compute_type]
+        self.layers = [layer(stock_layer) for stock_layer in encoder.layers] if fused else None
         # The fused path takes the convolutions, norms and positions from the stock encoder; only a
         # fallback runs its linears, on oneDNN then (packing them for nothing would cost base 75 MB
         # and large-v2 2.5 GB).
         self.stock = encoder if fused else packed_copy(encoder)
         self.n_frames = encoder.embed_positions.weight.shape[0] * 2  # the two convolutions halve it once
+        self.conv_dtype = torch.bfloat16 if compute_type == "bfloat16" else torch.float32
+        if fused and compute_type == "bfloat16":  # bfloat16 copies: the stock encoder stays float32
+            self.convs = [copy.deepcopy(conv).bfloat16() for conv in (encoder.conv1, encoder.conv2)]
+        else:
+            self.convs = [encoder.conv1, encoder.conv2]
 
     @torch.inference_mode()
     def __call__(self, mel: torch.Tensor) -> torch.Tensor:
@@ -55,7 +64,8 @@ class Encoder:
         if mel.shape[-1] != self.n_frames:
             raise ValueError(f"Whisper's encoder takes {self.n_frames} mel frames (30 s), got {mel.shape[-1]}")
         stock = self.stock
-        x = F.gelu(stock.conv2(F.gelu(stock.conv1(mel))))
+        conv1, conv2 = self.convs
+        x = F.gelu(conv2(F.gelu(conv1(mel.to(self.conv_dtype))))).float()
         x = x.permute(0, 2, 1) + stock.embed_positions.weight
         rows = []
         for row in x:  # [1500, d]: each row of a batch attends alone
@@ -66,12 +76,14 @@ class Encoder:
 
 
 class _FusedLayer:
-    def __init__(self, layer: nn.Module, int8: bool = False):
+    product = None  # set below: _Product
+
+    def __init__(self, layer: nn.Module):
         attn = layer.self_attn
         self.n_heads = attn.num_heads
         scale = attn.scaling  # transformers scales the projected queries; here it is in the weights
         k_bias = attn.k_proj.bias if attn.k_proj.bias is not None else torch.zeros(attn.k_proj.out_features)
-        product = _Int8Product if int8 else _Product
+        product = self.product
         self.qkv = product(torch.cat([attn.q_proj.weight * scale, attn.k_proj.weight, attn.v_proj.weight]),
                            torch.cat([attn.q_proj.bias * scale, k_bias, attn.v_proj.bias]))
         self.out_proj = product(attn.out_proj.weight, attn.out_proj.bias)
@@ -108,3 +120,30 @@ class _Int8Product(Int8Linear):
         if self.gelu:
             torch.ops.aten.gelu_(y)
         return y if add is None else y.add_(add)
+
+
+class _Bfloat16Product(_Product):
+    """The same product on bfloat16 weights and input (float32 sums: oneDNN's AMX or AVX-512 BF16
+    kernels); the output is bfloat16, except with `add`: the residual stream stays float32."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False):
+        self.weight = bfloat16_weight(weight)
+        self.bias, self.gelu = bias.detach().bfloat16(), gelu
+
+    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+        y = onednn_linear(x.bfloat16(), self.weight, self.bias, gelu=self.gelu)
+        return y if add is None else y.float().add_(add)
+
+
+_FusedLayer.product = staticmethod(_Product)
+
+
+class _Int8Layer(_FusedLayer):
+    product = staticmethod(_Int8Product)
+
+
+class _Bfloat16Layer(_FusedLayer):
+    """Compute type bfloat16: every product and the attention read bfloat16; the norms and the
+    residual stream stay float32 (bfloat16's 8-bit mantissa would round away each layer's small
+    update to it)."""
+    product = staticmethod(_Bfloat16Product)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from whisperspec.kernels.int8_linear import Int8Linear
-from whisperspec.kernels.packed_linear import PackedLinear
+from whisperspec.kernels.packed_linear import Bfloat16Linear, PackedLinear
 from whisperspec.whisper.decoder_pass import (attention_mask, layer_pass, packed_decoder, script_single_row_pass,
                                               split_heads)
 
@@ -63,16 +63,18 @@ class KVDecoder:
         self.compile_after = COMPILE_AFTER_PASSES
 
     @classmethod
-    def from_model(cls, model: nn.Module, int8_cross: bool = False, **kwargs) -> "KVDecoder":
+    def from_model(cls, model: nn.Module, cross_compute_type: str = "float32", **kwargs) -> "KVDecoder":
         """For a transformers WhisperForConditionalGeneration (or a WhisperForCausalLM draft); its
-        linears run on oneDNN (`packed_decoder`), the model itself is left as it is. `int8_cross`:
-        project each window's cross-attention keys/values with int8 products (compute type int8)."""
+        linears run on oneDNN (`packed_decoder`), the model itself is left as it is.
+        `cross_compute_type` "int8" or "bfloat16": project each window's cross-attention keys/values
+        with such products (the runtime's compute type; every per-token product stays float32)."""
         decoder = packed_decoder(model.model.decoder)
-        if int8_cross:
+        product = {"float32": None, "int8": Int8Linear, "bfloat16": Bfloat16Linear}[cross_compute_type]
+        if product:
             for layer in decoder.layers:
                 attn = layer.encoder_attn
-                attn.k_proj = Int8Linear(attn.k_proj.weight, attn.k_proj.bias)
-                attn.v_proj = Int8Linear(attn.v_proj.weight, attn.v_proj.bias)
+                attn.k_proj = product(attn.k_proj.weight, attn.k_proj.bias)
+                attn.v_proj = product(attn.v_proj.weight, attn.v_proj.bias)
         return cls(decoder, PackedLinear(model.proj_out.weight), **kwargs)
 
     # ------------------------------------------------------------------ state

@@ -7,6 +7,7 @@ from functools import cached_property
 
 import torch
 
+from whisperspec.kernels.packed_linear import bfloat16_is_fast
 from whisperspec.whisper.alignment import alignment_heads
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
@@ -25,27 +26,38 @@ class EncodedWindow:
     hidden: torch.Tensor  # [batch, 1500, d_model]
 
 
-COMPUTE_TYPES = ("float32", "int8")
+COMPUTE_TYPES = ("auto", "float32", "int8", "bfloat16")
 SCREEN_AFTER_TOKENS = 400  # see `WhisperRuntime.screens`
 
 
+def resolve_compute_type(compute_type: str) -> str:
+    """"auto": bfloat16 where its products are fast (`bfloat16_is_fast`), float32 elsewhere."""
+    if compute_type not in COMPUTE_TYPES:
+        raise ValueError(f"compute type {compute_type!r}: one of {', '.join(COMPUTE_TYPES)}")
+    if compute_type == "auto":
+        return "bfloat16" if bfloat16_is_fast() else "float32"
+    return compute_type
+
+
 class WhisperRuntime:
-    """compute_type "int8" (faster-whisper's name): the encoder and the per-window cross-attention
-    projections run int8 products (`whisperspec.kernels.int8_linear`); the decoder's per-token work stays
-    float32, so speculative decoding still gives exactly this runtime's own greedy tokens."""
+    """compute_type (faster-whisper's names) says how the work done once per window runs: the
+    encoder and the cross-attention key/value projections. "int8": int8 products
+    (`whisperspec.kernels.int8_linear`); "bfloat16": bfloat16 products with float32 sums and a
+    float32 residual stream (several times float32's speed on processors with AMX); "auto" (the
+    default): bfloat16 where it is fast, else float32. Either way the result differs from float32
+    in the last bits, as faster-whisper's int8 does. The decoder's per-token work stays float32,
+    so speculative decoding gives exactly this runtime's own greedy tokens whatever the type."""
 
     def __init__(self, model, tokenizer, generation_config=None, compute_type: str = "float32"):
-        if compute_type not in COMPUTE_TYPES:
-            raise ValueError(f"compute type {compute_type!r}: one of {', '.join(COMPUTE_TYPES)}")
-        self.compute_type = compute_type
+        compute_type = resolve_compute_type(compute_type)
+        self.compute_type = compute_type  # as resolved: never "auto"
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.special = WhisperTokens.from_pretrained(tokenizer, generation_config or model.generation_config)
         # Our inference runs on these (oneDNN products on prepacked weights, read from `model`,
         # which stays stock transformers for side-by-side comparisons).
-        int8 = compute_type == "int8"
-        self.encoder = Encoder(model.model.encoder, int8=int8)
-        self.decoder = KVDecoder.from_model(model, int8_cross=int8)
+        self.encoder = Encoder(model.model.encoder, compute_type)
+        self.decoder = KVDecoder.from_model(model, cross_compute_type=compute_type)
         # the cross-attention heads word timestamps read (`whisperspec.whisper.alignment`)
         self.alignment_heads = alignment_heads(generation_config or model.generation_config,
                                                self.decoder.n_layers, self.decoder.n_heads)

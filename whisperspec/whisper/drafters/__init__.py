@@ -90,7 +90,8 @@ def model_drafter(name: str, runtime, vocab_size_kept: int | None = None) -> Dra
     if bundle.model.config.vocab_size != runtime.vocab_size:
         from whisperspec.whisper.drafters.cross_tokenizer import cross_tokenizer_drafter
 
-        return cross_tokenizer_drafter(runtime, WhisperRuntime.from_bundle(bundle), vocab_size_kept=vocab_size_kept)
+        return cross_tokenizer_drafter(runtime, WhisperRuntime.from_bundle(bundle, runtime.compute_type),
+                                      vocab_size_kept=vocab_size_kept)
     from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 
     return draft_whisper_drafter(runtime, bundle.model, vocab_size_kept)
