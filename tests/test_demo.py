@@ -206,7 +206,6 @@ def test_streamed_chunks_are_taken_in_upload_order_once_each_and_passed_on_to_gr
     that come late, twice, or name a file no upload wrote are ordered, merged or ignored."""
     import asyncio
     import json
-    import time
 
     from whisperspec.demo_live import StreamedChunks
 

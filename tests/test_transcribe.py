@@ -14,6 +14,7 @@ from whisperspec.cli import main as cli_main
 from whisperspec.evaluation.scoring import score
 from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
+from whisperspec.whisper.model import resolve_compute_type
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIPS = Path(__file__).parent / "data"
@@ -50,6 +51,9 @@ def test_bundled_sample_is_transcribed_correctly(base):
     reference = (ROOT / "data" / "sample.txt").read_text()
     assert score([reference], [result.text], "en").wer == 0, result.text
     assert result.language == "en" and result.segments and result.stats["tokens"] > 5
+    # the default compute type, as resolved for this processor, and said where --stats prints
+    assert result.stats["compute_type"] == resolve_compute_type("auto") == base.runtime.compute_type
+    assert dict(result.stats_rows())["encoder"].endswith(f"ms ({base.runtime.compute_type})")
 
 
 def test_plain_decoding_equals_transformers_generate_on_real_speech(base):

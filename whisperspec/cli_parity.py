@@ -100,7 +100,8 @@ def add_parity_options(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", metavar="True|False", default=None,
                    help="True: print each segment with its times; False: no text, a progress bar only")
     p.add_argument("--fp16", metavar="True|False", default=None,
-                   help="accepted; the CPU runs float32 (or --compute-type int8)")
+                   help="accepted; no float16 on the CPU: --compute-type decides (auto: a bfloat16 encoder "
+                        "on processors with AMX, float32 elsewhere)")
     p.add_argument("--device", metavar="cpu", default="cpu", help="cpu: whisperspec runs on the CPU")
 
 

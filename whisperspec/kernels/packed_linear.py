@@ -80,7 +80,8 @@ ONEDNN_AVAILABLE = torch.backends.mkldnn.is_available() and _onednn_works()
 def packed_weight(weight: torch.Tensor) -> torch.Tensor | None:
     """`weight` [out, in] (float32 or bfloat16) in oneDNN's blocked layout (a new tensor), or None
     where that is not possible."""
-    if weight.dtype not in (torch.float32, torch.bfloat16) or weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    if (weight.dtype not in (torch.float32, torch.bfloat16) or weight.device.type != "cpu"
+            or not torch.backends.mkldnn.is_available()):
         return None
     try:
         return torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
@@ -106,9 +107,9 @@ def bfloat16_is_fast() -> bool:
 
 
 class Bfloat16Linear(nn.Module):
-    """y = x @ weight.T + bias as one bfloat16 product (float32 sums; on processors with AMX or
-    AVX-512 BF16 several times the float32 speed), from and to float32: for the products whose
-    input is a window's 1500 frames (compute type bfloat16), never the per-token ones."""
+    """y = x @ weight.T + bias as one bfloat16 product (float32 sums; on AMX tiles ~3x the float32
+    speed), from and to float32: for the products whose input is a window's 1500 frames (compute
+    type bfloat16), never the per-token ones."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()

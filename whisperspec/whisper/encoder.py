@@ -15,9 +15,12 @@ comes from the same dot product either way; the query scale 1/8 is a power of tw
 makes it faster. Against stock transformers (MKL linears, sdpa) the hidden states differ in the
 last bits, as any other kernels' would.
 
-`int8=True` (compute type int8) runs the same layers with int8 products (`Int8Linear`, each
-window quantised on its own); attention stays float32. Its outputs differ from float32 as
-faster-whisper's int8 ones do. Timings and differences: docs/BENCHMARKS.md.
+Compute type int8 runs the same layers with int8 products (`Int8Linear`, each window quantised on
+its own); attention stays float32. Compute type bfloat16 runs every product, the attention and the
+convolutions on bfloat16 (float32 sums: AMX tiles make them ~3x float32's speed), while the norms
+and the residual stream stay float32 (bfloat16's 8-bit mantissa would round away much of each
+layer's small update to it). Their outputs differ from float32 as faster-whisper's int8 ones do.
+Timings and differences: docs/BENCHMARKS.md.
 
 Anything the fused path does not cover (float64 test models, an activation other than GELU, a
 torch without the oneDNN ops) runs the stock transformers encoder.
@@ -43,8 +46,8 @@ class Encoder:
                  and encoder.config.activation_function == "gelu")
         if compute_type != "float32" and not fused:
             raise ValueError(f"compute type {compute_type} needs a float32 Whisper with GELU and torch's oneDNN ops")
-        layer = {"float32": _FusedLayer, "int8": _Int8Layer, "bfloat16": _Bfloat16Layer}[compute_type]
-        self.layers = [layer(stock_layer) for stock_layer in encoder.layers] if fused else None
+        product = {"float32": _Product, "int8": _Int8Product, "bfloat16": _Bfloat16Product}[compute_type]
+        self.layers = [_FusedLayer(layer, product) for layer in encoder.layers] if fused else None
         # The fused path takes the convolutions, norms and positions from the stock encoder; only a
         # fallback runs its linears, on oneDNN then (packing them for nothing would cost base 75 MB
         # and large-v2 2.5 GB).
@@ -76,14 +79,13 @@ class Encoder:
 
 
 class _FusedLayer:
-    product = None  # set below: _Product
+    """One encoder layer on `product`s: `_Product` (float32), `_Int8Product` or `_Bfloat16Product`."""
 
-    def __init__(self, layer: nn.Module):
+    def __init__(self, layer: nn.Module, product):
         attn = layer.self_attn
         self.n_heads = attn.num_heads
         scale = attn.scaling  # transformers scales the projected queries; here it is in the weights
         k_bias = attn.k_proj.bias if attn.k_proj.bias is not None else torch.zeros(attn.k_proj.out_features)
-        product = self.product
         self.qkv = product(torch.cat([attn.q_proj.weight * scale, attn.k_proj.weight, attn.v_proj.weight]),
                            torch.cat([attn.q_proj.bias * scale, k_bias, attn.v_proj.bias]))
         self.out_proj = product(attn.out_proj.weight, attn.out_proj.bias)
@@ -123,8 +125,8 @@ class _Int8Product(Int8Linear):
 
 
 class _Bfloat16Product(_Product):
-    """The same product on bfloat16 weights and input (float32 sums: oneDNN's AMX or AVX-512 BF16
-    kernels); the output is bfloat16, except with `add`: the residual stream stays float32."""
+    """The same product on bfloat16 weights and input (float32 sums); its output is bfloat16, for
+    the next product or the attention, except with `add`: the residual stream stays float32."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False):
         self.weight = bfloat16_weight(weight)
@@ -134,16 +136,3 @@ class _Bfloat16Product(_Product):
         y = onednn_linear(x.bfloat16(), self.weight, self.bias, gelu=self.gelu)
         return y if add is None else y.float().add_(add)
 
-
-_FusedLayer.product = staticmethod(_Product)
-
-
-class _Int8Layer(_FusedLayer):
-    product = staticmethod(_Int8Product)
-
-
-class _Bfloat16Layer(_FusedLayer):
-    """Compute type bfloat16: every product and the attention read bfloat16; the norms and the
-    residual stream stay float32 (bfloat16's 8-bit mantissa would round away each layer's small
-    update to it)."""
-    product = staticmethod(_Bfloat16Product)
