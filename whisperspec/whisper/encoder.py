@@ -42,8 +42,7 @@ from whisperspec.kernels.packed_linear import (ONEDNN_AVAILABLE, bfloat16_weight
 
 class Encoder:
     def __init__(self, encoder: nn.Module, compute_type: str = "float32"):
-        fused = (ONEDNN_AVAILABLE and encoder.conv1.weight.dtype == torch.float32
-                 and encoder.config.activation_function == "gelu")
+        fused = self.fuses(encoder)
         if compute_type != "float32" and not fused:
             raise ValueError(f"compute type {compute_type} needs a float32 Whisper with GELU and torch's oneDNN ops")
         product = {"float32": _Product, "int8": _Int8Product, "bfloat16": _Bfloat16Product}[compute_type]
@@ -58,6 +57,12 @@ class Encoder:
             self.convs = [copy.deepcopy(conv).bfloat16() for conv in (encoder.conv1, encoder.conv2)]
         else:
             self.convs = [encoder.conv1, encoder.conv2]
+
+    @staticmethod
+    def fuses(encoder: nn.Module) -> bool:
+        """Whether the fused path (and so a compute type other than float32) runs this encoder."""
+        return (ONEDNN_AVAILABLE and encoder.conv1.weight.dtype == torch.float32
+                and encoder.config.activation_function == "gelu")
 
     @torch.inference_mode()
     def __call__(self, mel: torch.Tensor) -> torch.Tensor:

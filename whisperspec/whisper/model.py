@@ -30,12 +30,14 @@ COMPUTE_TYPES = ("auto", "float32", "int8", "bfloat16")
 SCREEN_AFTER_TOKENS = 400  # see `WhisperRuntime.screens`
 
 
-def resolve_compute_type(compute_type: str) -> str:
-    """"auto": bfloat16 where its products are fast (`bfloat16_is_fast`), float32 elsewhere."""
+def resolve_compute_type(compute_type: str, model=None) -> str:
+    """"auto": bfloat16 where its products are fast (`bfloat16_is_fast`) and `model` (if given)
+    can run them (a float32 Whisper: `Encoder.fuses`), float32 elsewhere."""
     if compute_type not in COMPUTE_TYPES:
         raise ValueError(f"compute type {compute_type!r}: one of {', '.join(COMPUTE_TYPES)}")
     if compute_type == "auto":
-        return "bfloat16" if bfloat16_is_fast() else "float32"
+        runs = model is None or Encoder.fuses(model.model.encoder)
+        return "bfloat16" if runs and bfloat16_is_fast() else "float32"
     return compute_type
 
 
@@ -49,7 +51,7 @@ class WhisperRuntime:
     so speculative decoding gives exactly this runtime's own greedy tokens whatever the type."""
 
     def __init__(self, model, tokenizer, generation_config=None, compute_type: str = "float32"):
-        compute_type = resolve_compute_type(compute_type)
+        compute_type = resolve_compute_type(compute_type, model)
         self.compute_type = compute_type  # as resolved: never "auto"
         self.model = model.eval()
         self.tokenizer = tokenizer

@@ -90,7 +90,8 @@ def model_drafter(name: str, runtime, vocab_size_kept: int | None = None) -> Dra
     if bundle.model.config.vocab_size != runtime.vocab_size:
         from whisperspec.whisper.drafters.cross_tokenizer import cross_tokenizer_drafter
 
-        return cross_tokenizer_drafter(runtime, WhisperRuntime.from_bundle(bundle, runtime.compute_type),
+        # a draft's precision never changes the output: its encoder runs the fastest type it can
+        return cross_tokenizer_drafter(runtime, WhisperRuntime.from_bundle(bundle, "auto"),
                                       vocab_size_kept=vocab_size_kept)
     from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 

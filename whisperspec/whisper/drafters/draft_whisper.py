@@ -13,6 +13,7 @@ from whisperspec.whisper.drafters.draft_models import (WindowDraftModel, cross_a
                                                        shared_cross_layers)
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
+from whisperspec.whisper.model import resolve_compute_type
 
 
 def draft_whisper_drafter(runtime, draft: nn.Module, vocab_size_kept: int | None = None,
@@ -24,7 +25,10 @@ def draft_whisper_drafter(runtime, draft: nn.Module, vocab_size_kept: int | None
     # a draft whose cross-attention projections are main layers' reuses the main decoder's keys/values
     cross_layers = shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) if share_encoder else None
     model = WindowDraftModel(kv, reduced_vocab(runtime, vocab_size_kept),
-                             encoder=None if share_encoder else Encoder(draft.model.encoder),
+                             # its own encoder runs the fastest type it can: a draft's precision never
+                             # changes the output
+                             encoder=None if share_encoder else Encoder(draft.model.encoder,
+                                                                        resolve_compute_type("auto", draft)),
                              cross_source=runtime.decoder if cross_layers else None, cross_layers=cross_layers)
     return ModelDrafter(model, runtime.vocab_size)
 
