@@ -153,6 +153,7 @@ def test_compute_type_auto_is_bfloat16_where_its_products_are_fast(monkeypatch, 
     assert model.resolve_compute_type("auto") == ("bfloat16" if fast else "float32")
     assert model.resolve_compute_type("int8") == "int8" and model.resolve_compute_type("float32") == "float32"
     if ONEDNN_AVAILABLE:
-        assert tiny_runtime(0, dtype=torch.float32, compute_type="auto").compute_type == model.resolve_compute_type("auto")
+        runtime = tiny_runtime(0, dtype=torch.float32, compute_type="auto")
+        assert runtime.compute_type == model.resolve_compute_type("auto")
     # a model the bfloat16 path cannot run (float64 here) runs float32 under "auto", not an error
     assert tiny_runtime(0, compute_type="auto").compute_type == "float32"

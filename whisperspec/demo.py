@@ -327,8 +327,9 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
                 draft = gr.Dropdown(DRAFTS, value=defaults.DRAFT, label="Drafter")
                 lookahead = gr.Dropdown(LOOKAHEADS, value=defaults.LOOKAHEAD, label="Lookahead")
                 compute_type = gr.Radio(list(COMPUTE_TYPES), value=defaults.COMPUTE_TYPE, label="Compute type",
-                                        info="auto: bfloat16 on processors with AMX, else float32; bfloat16 and int8 run the "
-                                             "encoder faster, slightly differently (drafting stays exact)")
+                                        info="auto: bfloat16 on processors with AMX, else float32; bfloat16 and "
+                                             "int8 run the encoder faster, slightly differently (drafting stays "
+                                             "exact)")
                 with gr.Row():
                     language = gr.Textbox("", label="Language", placeholder="detect")
                     task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
@@ -353,7 +354,8 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
         inputs = [audio, model, draft, lookahead, language, task, compare, compute_type]
         button.click(run, inputs, [text, segments, tokens, stats, files])
         if SAMPLE.is_file():
-            gr.Examples([[str(SAMPLE), default_model, "auto", defaults.LOOKAHEAD, "", "transcribe", True, defaults.COMPUTE_TYPE]], inputs,
+            gr.Examples([[str(SAMPLE), default_model, "auto", defaults.LOOKAHEAD, "", "transcribe", True,
+                          defaults.COMPUTE_TYPE]], inputs,
                         label="Bundled sample (Asterisk prompt, CC BY-SA 3.0)")
         live = gr.State(None)
         settings = [model, draft, lookahead, compute_type, language, task]

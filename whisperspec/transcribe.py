@@ -56,9 +56,10 @@ class Transcriber:
     or "off" (docs/ONLINE.md); the transcript is the same either way.
     """
 
-    def __init__(self, model: str = defaults.MODEL, *, compute_type: str = defaults.COMPUTE_TYPE, draft: str | None = None,
-                 lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
-                 timestamps: bool = False, temperature=None, condition_on_previous_text: bool = True,
+    def __init__(self, model: str = defaults.MODEL, *, compute_type: str = defaults.COMPUTE_TYPE,
+                 draft: str | None = None, lookahead: str | int | None = None, language: str | None = None,
+                 task: str = "transcribe", timestamps: bool = False, temperature=None,
+                 condition_on_previous_text: bool = True,
                  initial_prompt: str | None = None, carry_initial_prompt: bool = False, hotwords: str | None = None,
                  compression_ratio_threshold: float | None = defaults.COMPRESSION_RATIO_THRESHOLD,
                  logprob_threshold: float | None = defaults.LOGPROB_THRESHOLD,
@@ -102,9 +103,10 @@ class Transcriber:
         self.load_seconds = time.perf_counter() - started
 
     @staticmethod
-    def check_options(model: str = defaults.MODEL, *, compute_type: str = defaults.COMPUTE_TYPE, draft: str | None = None,
-                      lookahead: str | int | None = None, language: str | None = None, task: str = "transcribe",
-                      timestamps: bool = False, temperature=None, seed: int = 0, sampling: str = "coupled",
+    def check_options(model: str = defaults.MODEL, *, compute_type: str = defaults.COMPUTE_TYPE,
+                      draft: str | None = None, lookahead: str | int | None = None, language: str | None = None,
+                      task: str = "transcribe", timestamps: bool = False, temperature=None, seed: int = 0,
+                      sampling: str = "coupled",
                       compression_ratio_threshold=defaults.COMPRESSION_RATIO_THRESHOLD,
                       logprob_threshold=defaults.LOGPROB_THRESHOLD, no_speech_threshold=defaults.NO_SPEECH_THRESHOLD,
                       beam_size=defaults.BEAM_SIZE, patience=None, length_penalty=defaults.LENGTH_PENALTY,

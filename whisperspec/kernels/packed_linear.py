@@ -19,6 +19,7 @@ more).
 from __future__ import annotations
 
 import copy
+import functools
 import weakref
 
 import torch
@@ -96,6 +97,7 @@ def bfloat16_weight(weight: torch.Tensor) -> torch.Tensor:
     return weight if packed is None else packed
 
 
+@functools.cache  # the processor does not change while a process runs
 def bfloat16_is_fast() -> bool:
     """Whether bfloat16 products are several times faster than float32 ones here: on processors
     with AMX tiles (Intel Xeon since Sapphire Rapids) that the system lets programs use. With
