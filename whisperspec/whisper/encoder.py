@@ -52,8 +52,7 @@ class Encoder:
         # and large-v2 2.5 GB).
         self.stock = encoder if fused else packed_copy(encoder)
         self.n_frames = encoder.embed_positions.weight.shape[0] * 2  # the two convolutions halve it once
-        self.conv_dtype = torch.bfloat16 if compute_type == "bfloat16" else torch.float32
-        if fused and compute_type == "bfloat16":  # bfloat16 copies: the stock encoder stays float32
+        if compute_type == "bfloat16":  # bfloat16 copies: the stock encoder stays float32
             self.convs = [copy.deepcopy(conv).bfloat16() for conv in (encoder.conv1, encoder.conv2)]
         else:
             self.convs = [encoder.conv1, encoder.conv2]
@@ -73,7 +72,7 @@ class Encoder:
             raise ValueError(f"Whisper's encoder takes {self.n_frames} mel frames (30 s), got {mel.shape[-1]}")
         stock = self.stock
         conv1, conv2 = self.convs
-        x = F.gelu(conv2(F.gelu(conv1(mel.to(self.conv_dtype))))).float()
+        x = F.gelu(conv2(F.gelu(conv1(mel.to(conv1.weight.dtype))))).float()
         x = x.permute(0, 2, 1) + stock.embed_positions.weight
         rows = []
         for row in x:  # [1500, d]: each row of a batch attends alone
