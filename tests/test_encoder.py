@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from tests.tiny_models import random_mel, tiny_runtime
-from whisperspec.kernels.encoder_attention import (BLOCK, blocked_self_attention, cpu_vendor, fused_self_attention,
+from whisperspec.kernels.encoder_attention import (BLOCK, blocked_self_attention, fused_self_attention,
                                                    kernel_for)
 from whisperspec.kernels.int8_linear import Int8Linear
 from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE
+from whisperspec.kernels.processor import bfloat16_is_fast, cpu_vendor
 
 needs_onednn = pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="needs torch's oneDNN linear op")
 
@@ -143,6 +144,23 @@ def test_a_faster_compute_type_needs_the_float32_fused_encoder(compute_type):
         tiny_runtime(0, compute_type=compute_type)  # float64
     with pytest.raises(ValueError, match="compute type"):
         tiny_runtime(0, dtype=torch.float32, compute_type="int4")
+
+
+@pytest.mark.parametrize("amx, avx512_bf16, vendor, fast", [
+    (True, True, "GenuineIntel", True), (False, True, "AuthenticAMD", True),
+    (False, True, "GenuineIntel", False), (False, False, "AuthenticAMD", False)])
+def test_bfloat16_is_fast_with_amx_or_on_amd_with_avx512_bf16(monkeypatch, amx, avx512_bf16, vendor, fast):
+    import whisperspec.kernels.processor as processor
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_init_amx", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(processor, "cpu_vendor", lambda: vendor)
+    bfloat16_is_fast.cache_clear()
+    try:
+        assert bfloat16_is_fast() is fast
+    finally:
+        bfloat16_is_fast.cache_clear()
 
 
 @pytest.mark.parametrize("fast", [True, False])

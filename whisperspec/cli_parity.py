@@ -101,7 +101,7 @@ def add_parity_options(parser: argparse.ArgumentParser) -> None:
                    help="True: print each segment with its times; False: no text, a progress bar only")
     p.add_argument("--fp16", metavar="True|False", default=None,
                    help="accepted; no float16 on the CPU: --compute-type decides (auto: a bfloat16 encoder "
-                        "on processors with AMX, float32 elsewhere)")
+                        "on processors with AMX or AMD's AVX-512 BF16, float32 elsewhere)")
     p.add_argument("--device", metavar="cpu", default="cpu", help="cpu: whisperspec runs on the CPU")
 
 

@@ -15,12 +15,11 @@ fused 17, blocked 29 (docs/BENCHMARKS.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
 from whisperspec.kernels.packed_linear import onednn_linear
+from whisperspec.kernels.processor import cpu_vendor
 
 BLOCK = 500  # queries per block: scores that stay in cache; the size barely matters around it
 
@@ -52,17 +51,6 @@ def blocked_self_attention(qkv: torch.Tensor, n_heads: int) -> torch.Tensor:
             scores = onednn_linear(qkv[rows, q_cols].contiguous(), key)
             out[rows, q_cols] = onednn_linear(torch.softmax(scores, dim=-1), value_t)
     return out
-
-
-def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """"GenuineIntel", "AuthenticAMD", ... or "" where the system does not say."""
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def kernel_for(vendor: str):

@@ -19,7 +19,6 @@ more).
 from __future__ import annotations
 
 import copy
-import functools
 import weakref
 
 import torch
@@ -95,17 +94,6 @@ def bfloat16_weight(weight: torch.Tensor) -> torch.Tensor:
     weight = weight.detach().bfloat16()
     packed = packed_weight(weight)
     return weight if packed is None else packed
-
-
-@functools.cache  # the processor does not change while a process runs
-def bfloat16_is_fast() -> bool:
-    """Whether bfloat16 products are several times faster than float32 ones here: on processors
-    with AMX tiles (Intel Xeon since Sapphire Rapids) that the system lets programs use. With
-    AVX-512 BF16 alone they were measured slower (the encoder took 329 ms against float32's 278)."""
-    try:
-        return bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())
-    except (AttributeError, RuntimeError):  # a torch without these probes
-        return False
 
 
 class Bfloat16Linear(nn.Module):

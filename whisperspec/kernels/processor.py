@@ -1,0 +1,38 @@
+"""What the processor is, for the choices of kernel and compute type that depend on it.
+
+These choices are read from the instruction set and vendor, never timed: a choice that flipped with
+the machine's load would change transcripts' last bits from one run to the next.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """"GenuineIntel", "AuthenticAMD", ... or "" where the system does not say."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+@functools.cache  # the processor does not change while a process runs
+def bfloat16_is_fast() -> bool:
+    """Whether bfloat16 products (float32 sums) run well above float32's speed here: on processors
+    with AMX tiles that the system lets programs use (Intel Xeon since Sapphire Rapids: Whisper's
+    encoder at ~3x float32's speed), and on AMD processors with AVX-512 BF16 (Zen 4 and later run
+    it at twice float32's rate: the encoder at ~1.8x). Not on an Intel processor with AVX-512 BF16
+    alone, where oneDNN's bfloat16 path made the encoder slower than float32 (docs/BENCHMARKS.md)."""
+    try:
+        if torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx():
+            return True
+        return bool(torch.cpu._is_avx512_bf16_supported()) and cpu_vendor() == "AuthenticAMD"
+    except (AttributeError, RuntimeError):  # a torch without these probes
+        return False
