@@ -105,7 +105,10 @@ class KVDecoder:
 
             def project(projection: nn.Module) -> torch.Tensor:
                 heads = split_heads(projection(encoder_hidden), self.n_heads, self.head_dim)
-                return pool_frames(heads, self.cross_pool)
+                # Each head's keys/values made contiguous (a copy per window): every step's attention
+                # then reads them in one stream instead of 64-float pieces 512 floats apart, which
+                # cost a one-row step's cross-attention about twice the time (docs/BENCHMARKS.md).
+                return pool_frames(heads, self.cross_pool).contiguous()
 
             self.cross_kv = [(project(layer.encoder_attn.k_proj), project(layer.encoder_attn.v_proj))
                              for layer in self.layers]
