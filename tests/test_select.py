@@ -65,7 +65,7 @@ def test_candidates_are_built_when_first_chosen_and_only_where_they_apply():
 
     selector = SelectingDrafter([
         candidate("good", acceptance=0.9, step_cost=0.05),
-        Candidate("poor", never, acceptance=0.3, step_cost=0.4, build_cost=20),  # explored after 92 rounds
+        Candidate("poor", never, acceptance=0.3, step_cost=0.4, build_cost=20),  # explored after 112 rounds
         Candidate("elsewhere", never, acceptance=0.99, step_cost=0.01, applies=lambda tokens: tokens[0] == 99),
     ])
     chosen = simulate(selector, 50, {"good": (1.0, 0.0005)})
