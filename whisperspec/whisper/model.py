@@ -45,8 +45,8 @@ class WhisperRuntime:
     """compute_type (faster-whisper's names) says how the work done once per window runs: the
     encoder and the cross-attention key/value projections. "int8": int8 products
     (`whisperspec.kernels.int8_linear`); "bfloat16": bfloat16 products with float32 sums and a
-    float32 residual stream (1.8-3x float32's speed on processors with AMX or AMD's AVX-512 BF16); "auto" (the
-    default): bfloat16 where it is fast, else float32. Either way the result differs from float32
+    float32 residual stream (1.8-3x float32's speed on processors with AMX or AMD's AVX-512 BF16);
+    "auto" (the default): bfloat16 where it is fast, else float32. Either way the result differs from float32
     in the last bits, as faster-whisper's int8 does. The decoder's per-token work stays float32,
     so speculative decoding gives exactly this runtime's own greedy tokens whatever the type."""
 
