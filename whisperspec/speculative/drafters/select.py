@@ -17,9 +17,6 @@ token it drafts right would beat the leader (a probe is not free). Priors only r
 before they are measured, and they are guesses (costs differ from machine to machine, acceptance
 from speech to speech): every candidate that applies is measured once the input is long enough to
 repay building it (`explore_after` times its build cost, in rounds), however poor its prior.
-Whisper's int8 self-draft is thus explored after 72 rounds: past a 30-s clip's 30-50, where it
-could not repay its build, and a minute into a long file (at 10x, half of a 3-minute file went to
-a worse candidate).
 
 The first round of a candidate after another drafted pays for catching up (its cache is behind
 by whatever was decoded since it last drafted): that round counts for what it emits but is not

@@ -18,6 +18,9 @@ from whisperspec.whisper.kv_decoder import KVDecoder
 
 # Priors (docs/BENCHMARKS.md has the measurements): per-token acceptance, the cost of drafting one
 # token as a share of a plain step of the main model, and of building the drafter in plain steps.
+# With `SelectingDrafter`'s default `explore_after` (5x the build cost) the int8 self-draft is tried
+# after 72 rounds however poor its prior: past a 30-s clip's 30-50, where it could not repay its
+# build, and a minute into a long file (at 10x, half of a 3-minute file went to a worse candidate).
 TRAINED_STEP_COST, TRAINED_BUILD_COST = 0.08, 12
 INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 12
 NGRAM_ACCEPTANCE = 0.2
