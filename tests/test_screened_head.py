@@ -89,9 +89,9 @@ def test_a_transcription_is_the_same_with_the_head_screened(base):
         transcriber.drafter = make_drafter(draft, base.runtime)
         runtime = base.runtime
         if screen:
-            runtime.tokens_decoded = 10 ** 9
+            runtime.plain_steps = 10 ** 9
         else:
-            runtime.tokens_decoded = 0
+            runtime.plain_steps = 0
             runtime.__dict__.pop("screened_head", None)
         result = transcriber.transcribe(CLIPS / "basic-pbx-ivr-main.flac", timestamps=True)
         assert ("screened_head" in runtime.__dict__) == screen
@@ -109,3 +109,32 @@ def test_the_screen_is_used_only_for_one_greedy_row(base):
     runtime.decoder.start(torch.zeros(2, 1500, runtime.decoder.embed_tokens.shape[1]))
     with pytest.raises(ValueError, match="one row"):
         ScreenedDecoder(runtime.decoder, runtime.screened_head, lambda tokens, logits: logits)
+
+
+def test_told_of_a_long_input_the_runtime_pays_its_one_off_costs_at_once():
+    """`WhisperRuntime.expect`: the screen is made and the main decoder compiled at the start of an
+    input expected to repay them, not after the steps that would show it is long; a short one
+    changes nothing, and what has been decoded is no longer ahead."""
+    from tiny_models import tiny_runtime
+    from whisperspec.whisper.kv_decoder import COMPILE_AFTER_PASSES
+    from whisperspec.whisper.model import SCREEN_AFTER_STEPS
+
+    runtime = tiny_runtime(0, dtype=torch.float32)
+    runtime.expect(COMPILE_AFTER_PASSES - 1, plain_steps=SCREEN_AFTER_STEPS - 1)
+    assert runtime.decoder.compile_after == COMPILE_AFTER_PASSES and not runtime.screens()
+    runtime.decoded(COMPILE_AFTER_PASSES - 1, SCREEN_AFTER_STEPS - 1)
+    assert runtime.tokens_ahead == runtime.plain_steps_ahead == 0
+    runtime.expect(COMPILE_AFTER_PASSES, plain_steps=0)  # drafted: its plain steps are not known
+    assert runtime.decoder.compile_after == 0 and not runtime.screens()
+    runtime.expect(SCREEN_AFTER_STEPS, plain_steps=SCREEN_AFTER_STEPS)
+    assert runtime.screens() and "screened_head" in runtime.__dict__
+
+
+def test_a_generation_counts_its_plain_steps():
+    """Only plain steps screen the head: what `WhisperRuntime.screens` counts."""
+    from whisperspec.speculative.stats import SpeculationStats
+
+    stats = SpeculationStats()
+    for proposed, accepted in ((0, 0), (3, 2), (0, 0), (2, 0)):
+        stats.record(proposed, accepted, proposed, 0.0, 0.0)
+    assert stats.plain_rounds == 2 and stats.to_dict()["plain_rounds"] == 2

@@ -148,6 +148,7 @@ class Transcriber:
         if walk is None:
             return self.finish(prepared, None)
         decoder = self.window_decoder()
+        decoder.expect(prepared.decoded_seconds)
         if isinstance(walk, ChunkedWalk):  # its windows decode together, as a corpus's do
             from whisperspec.corpus.batching import decode_alone
 

@@ -123,6 +123,7 @@ def transcribe_batched(transcriber, inputs: Iterable, *, batch_size: int, max_se
                 if walk is None:  # silent: nothing to decode
                     yield FileResult(source, transcriber.finish(prepared, None))
                     continue
+                decoder.expect(prepared.decoded_seconds)
                 in_flight.append(_File(source, prepared, walk, time.perf_counter()))
             if not in_flight:
                 return

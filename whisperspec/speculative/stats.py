@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 @dataclass
 class SpeculationStats:
     rounds: int = 0
+    plain_rounds: int = 0  # rounds nothing was drafted in: a plain step of the target
     proposed: int = 0
     accepted: int = 0
     emitted: int = 0  # tokens produced (accepted + one target token per round)
@@ -20,6 +21,7 @@ class SpeculationStats:
 
     def record(self, proposed: int, accepted: int, draft_passes: int, draft_s: float, verify_s: float) -> None:
         self.rounds += 1
+        self.plain_rounds += proposed == 0
         self.proposed += proposed
         self.accepted += accepted
         self.emitted += accepted + 1
@@ -30,7 +32,7 @@ class SpeculationStats:
         self.accept_counts[accepted] += 1
 
     def merge(self, other: "SpeculationStats") -> None:
-        for name in ("rounds", "proposed", "accepted", "emitted", "target_passes", "draft_passes",
+        for name in ("rounds", "plain_rounds", "proposed", "accepted", "emitted", "target_passes", "draft_passes",
                      "draft_seconds", "verify_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accept_counts.update(other.accept_counts)
@@ -49,7 +51,7 @@ class SpeculationStats:
 
     def to_dict(self) -> dict:
         return {
-            "rounds": self.rounds, "proposed": self.proposed, "accepted": self.accepted,
+            "rounds": self.rounds, "plain_rounds": self.plain_rounds, "proposed": self.proposed, "accepted": self.accepted,
             "emitted": self.emitted, "target_passes": self.target_passes,
             "draft_passes": self.draft_passes, "acceptance_rate": round(self.acceptance_rate, 4),
             "mean_accepted_length": round(self.mean_accepted_length, 3),

@@ -26,6 +26,11 @@ from whisperspec.whisper.screened_head import ScreenedDecoder
 MAX_PROMPT_TOKENS = 223  # openai-whisper: half the text context, minus <|startofprev|>
 
 
+# A low estimate of what Whisper emits per second of audio: long files of the development sets
+# (asterisk-en-long, asterisk-ru-long: prompts with pauses) gave 2.2-3.8 tokens a second.
+TOKENS_PER_SECOND = 2.0
+
+
 @dataclass
 class DecodeOptions:
     task: str = "transcribe"
@@ -124,6 +129,15 @@ class WindowDecoder:
 
     def __init__(self, runtime: WhisperRuntime, drafter=None, lookahead=None):
         self.runtime, self.drafter, self.lookahead = runtime, drafter, lookahead
+
+    def expect(self, seconds: float) -> None:
+        """An input of this much audio joins the work ahead: the runtime and the drafter pay at
+        once the one-off costs that work repays (`WhisperRuntime.expect`, `Drafter.expect`),
+        instead of after the tokens that would show it is long."""
+        tokens = round(seconds * TOKENS_PER_SECOND)
+        self.runtime.expect(tokens, plain_steps=0 if self.drafter else tokens)
+        if self.drafter:
+            self.drafter.expect(tokens)
 
     @torch.inference_mode()
     def detect_language(self) -> tuple[list[str], list[float]]:
@@ -224,7 +238,7 @@ class WindowDecoder:
             out, prefix = outs[0], prefixes[0]
             out.logprobs = target.logprobs(prefix + out.tokens, len(prefix), out.logprobs)
         if temperature == 0:
-            runtime.tokens_decoded += sum(len(out.tokens) for out in outs)
+            runtime.decoded(sum(len(out.tokens) for out in outs), sum(out.stats.plain_rounds for out in outs))
         return outs
 
     def _screens(self, temperature: float, rows: int) -> bool:

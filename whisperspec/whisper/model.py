@@ -10,7 +10,7 @@ import torch
 from whisperspec.kernels.processor import bfloat16_is_fast
 from whisperspec.whisper.alignment import alignment_heads
 from whisperspec.whisper.encoder import Encoder
-from whisperspec.whisper.kv_decoder import KVDecoder
+from whisperspec.whisper.kv_decoder import COMPILE_AFTER_PASSES, KVDecoder
 from whisperspec.whisper.screened_head import ScreenedHead
 from whisperspec.whisper.tokens import WhisperTokens
 
@@ -27,7 +27,7 @@ class EncodedWindow:
 
 
 COMPUTE_TYPES = ("auto", "float32", "int8", "bfloat16")
-SCREEN_AFTER_TOKENS = 400  # see `WhisperRuntime.screens`
+SCREEN_AFTER_STEPS = 400  # see `WhisperRuntime.screens`
 
 
 def resolve_compute_type(compute_type: str, model=None) -> str:
@@ -66,7 +66,10 @@ class WhisperRuntime:
         self.n_mels = model.config.num_mel_bins
         self.vocab_size = model.config.vocab_size
         self.max_length = model.config.max_target_positions
-        self.tokens_decoded = 0  # by greedy windows, in this process: when to screen the head
+        # plain steps of greedy windows in this process, and expected ahead (`expect`): when to
+        # screen the head
+        self.plain_steps = self.plain_steps_ahead = 0
+        self.tokens_ahead = 0  # what the work ahead is expected to emit (`expect`), less what it has
 
     @cached_property
     def screened_head(self) -> ScreenedHead | None:
@@ -75,13 +78,33 @@ class WhisperRuntime:
         return ScreenedHead.build(self.decoder.head, self.special, self.decoder.final_norm)
 
     def screens(self) -> bool:
-        """Whether greedy decoding screens its head, `tokens_decoded` tokens into this process.
-        Making the screen costs what the full head's reading costs in a few hundred passes: it is
-        made once that many tokens show the work is long enough to repay it (a short file never
-        pays for it; a long one loses at most that much again)."""
-        if "screened_head" not in self.__dict__ and self.tokens_decoded < SCREEN_AFTER_TOKENS:
+        """Whether greedy decoding screens its head, `plain_steps` into this process (only a plain
+        step screens: a pass verifying drafted tokens reads the full head). Making the screen
+        costs what the full head's reading costs in a few hundred steps: it is made once that many
+        steps show the work is long enough to repay it (a short file never pays for it; a long one
+        loses at most that much again), or at once when that many are expected ahead (`expect`)."""
+        if "screened_head" not in self.__dict__ and max(self.plain_steps, self.plain_steps_ahead) < SCREEN_AFTER_STEPS:
             return False
         return self.screened_head is not None
+
+    def expect(self, tokens: int, plain_steps: int) -> None:
+        """An input joins the work ahead, expected to emit about this many tokens in about this many
+        plain steps (all of them when nothing drafts; with a drafter, unknown: 0): where the work
+        ahead repays them, the one-off costs a decoder otherwise pays once the work has shown it
+        is long (compiling the main decoder's one-row pass, screening the head) are paid at once."""
+        self.plain_steps_ahead += plain_steps
+        self.tokens_ahead += tokens
+        # greedy decoding runs a pass a token; drafting, 2-3 tokens a pass, still as many passes as
+        # repay compiling (the ski rental's threshold is well past them)
+        if self.tokens_ahead >= COMPILE_AFTER_PASSES:
+            self.decoder.compile_after = 0
+
+    def decoded(self, tokens: int, plain_steps: int) -> None:
+        """Greedy windows emitted this many tokens in this many plain steps (the steps are what
+        screening the head is judged by)."""
+        self.tokens_ahead = max(self.tokens_ahead - tokens, 0)
+        self.plain_steps += plain_steps
+        self.plain_steps_ahead = max(self.plain_steps_ahead - plain_steps, 0)
 
     @classmethod
     def from_bundle(cls, bundle, compute_type: str = "float32") -> "WhisperRuntime":

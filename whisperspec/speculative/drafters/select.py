@@ -25,7 +25,11 @@ the second timed.
 
 Candidates are built on first use, once the plain steps they would have saved pay for building
 them (a model draft costs its load only where it can repay it), and may decline a sequence
-(`applies`: a draft trained on some languages only). A candidate that learns from what the target
+(`applies`: a draft trained on some languages only). Told how long the work ahead is (`expect`:
+the tokens an input of that size emits, about), the selector counts the steps a candidate would
+save over it too: a long input builds its candidates, and measures the ones never measured, at
+once instead of after the rounds that would show it is long (the ski rental's price of not
+knowing the length). A candidate that learns from what the target
 verifies (`watches`) is told of every round once built, whoever drafts. Output is the verifier's
 decision whatever drafts, so switching changes speed only.
 """
@@ -155,6 +159,7 @@ class SelectingDrafter(Drafter):
         self.forgone = {name: 0.0 for name in self.candidates}  # plain steps an unbuilt one would have saved
         self.last_tried = {name: 0 for name in self.candidates}
         self.rounds = 0
+        self.tokens_ahead = 0  # what the work ahead is expected to emit (`expect`), less what it has
         self.chosen: str | None = None  # this round's candidate (None: a plain step)
         self.probing = False  # this round tries a candidate that is not the expected fastest
         self.previous: str | None = None  # last round's candidate
@@ -196,22 +201,27 @@ class SelectingDrafter(Drafter):
         choice = self._fastest(rates, plain)
         if choice is not None and choice not in self.built:
             # Rent or buy: a candidate that costs something to build is built once the plain steps it
-            # would have saved so far pay for that (a short file never pays a load it cannot repay;
-            # a long one loses at most the build cost again, as in ski rental).
+            # would have saved so far, or is expected to save over the work ahead, pay for that (a
+            # short file never pays a load it cannot repay; not knowing the length, a long one loses
+            # at most the build cost again, as in ski rental).
             fallback = self._fastest({n: r for n, r in rates.items() if n in self.built}, plain)
             used = rates[fallback] if fallback is not None else plain or 1.0
-            self.forgone[choice] += 1 - used / rates[choice]
-            if self.forgone[choice] < self.candidates[choice].build_cost:
+            saving = 1 - used / rates[choice]  # of a plain step, per token
+            self.forgone[choice] += saving
+            if self.forgone[choice] + saving * self.tokens_ahead < self.candidates[choice].build_cost:
                 choice = fallback
         # a measured candidate not chosen for a while is tried again: the text may have changed in
         # its favour, unless even a round with every drafted token right would not beat the leader
         # (a probe is not free: it catches up on what it missed); one never measured, once the
-        # rounds so far dwarf what building it costs
+        # rounds so far, or so far and ahead (at least the tokens ahead / (k + 1)), dwarf what
+        # building it costs
         leader = max([plain or 0.0, *(rates[c.name] for c in eligible if self.measured[c.name].measured)])
+        rounds_ahead = self.tokens_ahead / (k + 1)
         overdue = [c.name for c in eligible if c.name != choice and (
             self.rounds - self.last_tried[c.name] >= self.gaps[c.name] and self._best_case_rate(c.name, k) > leader
             if self.measured[c.name].measured
-            else self.rounds >= self.probe_every + self.explore_after * c.build_cost)]
+            else self.rounds >= self.probe_every
+            and self.rounds + rounds_ahead >= self.probe_every + self.explore_after * c.build_cost)]
         self.probing = bool(overdue)
         if overdue:
             return max(overdue, key=lambda n: self.rounds - self.last_tried[n])
@@ -250,6 +260,7 @@ class SelectingDrafter(Drafter):
     def learn(self, tokens: list[int], verdict: Verdict, logits: torch.Tensor | None = None,
               draft_seconds: float = 0.0, verify_seconds: float | None = None) -> None:
         name = self.chosen
+        self.tokens_ahead = max(self.tokens_ahead - verdict.accepted - 1, 0)
         if name is not None:
             self.built[name].learn(tokens, verdict, logits, draft_seconds, verify_seconds)
         for watcher in self._watching():
@@ -292,6 +303,9 @@ class SelectingDrafter(Drafter):
         self.current.add(name)
         self.setup_seconds = time.perf_counter() - started
         return drafter
+
+    def expect(self, tokens: int) -> None:
+        self.tokens_ahead += tokens
 
     def start(self, sequences: list[list[int]]) -> None:
         self.sequences, self.window, self.reorders, self.current = sequences, None, [], set()
