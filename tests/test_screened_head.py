@@ -116,15 +116,15 @@ def test_told_of_a_long_input_the_runtime_pays_its_one_off_costs_at_once():
     input expected to repay them, not after the steps that would show it is long; a short one
     changes nothing, and what has been decoded is no longer ahead."""
     from tiny_models import tiny_runtime
-    from whisperspec.whisper.kv_decoder import COMPILE_AFTER_PASSES
+    from whisperspec.whisper.kv_decoder import COMPILE_AFTER_PASSES, COMPILE_REPAID_PASSES
     from whisperspec.whisper.model import SCREEN_AFTER_STEPS
 
     runtime = tiny_runtime(0, dtype=torch.float32)
-    runtime.expect(COMPILE_AFTER_PASSES - 1, plain_steps=SCREEN_AFTER_STEPS - 1)
+    runtime.expect(COMPILE_REPAID_PASSES - 1, plain_steps=SCREEN_AFTER_STEPS - 1)
     assert runtime.decoder.compile_after == COMPILE_AFTER_PASSES and not runtime.screens()
-    runtime.decoded(COMPILE_AFTER_PASSES - 1, SCREEN_AFTER_STEPS - 1)
-    assert runtime.tokens_ahead == runtime.plain_steps_ahead == 0
-    runtime.expect(COMPILE_AFTER_PASSES, plain_steps=0)  # drafted: its plain steps are not known
+    runtime.decoded(COMPILE_REPAID_PASSES - 1, SCREEN_AFTER_STEPS - 1)
+    assert runtime.passes_ahead == runtime.plain_steps_ahead == 0
+    runtime.expect(COMPILE_REPAID_PASSES, plain_steps=0)  # drafted: its plain steps are not known
     assert runtime.decoder.compile_after == 0 and not runtime.screens()
     runtime.expect(SCREEN_AFTER_STEPS, plain_steps=SCREEN_AFTER_STEPS)
     assert runtime.screens() and "screened_head" in runtime.__dict__

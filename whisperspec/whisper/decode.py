@@ -29,6 +29,8 @@ MAX_PROMPT_TOKENS = 223  # openai-whisper: half the text context, minus <|starto
 # A low estimate of what Whisper emits per second of audio: long files of the development sets
 # (asterisk-en-long, asterisk-ru-long: prompts with pauses) gave 2.2-3.8 tokens a second.
 TOKENS_PER_SECOND = 2.0
+# A high one of the tokens a drafted round emits: 2.5-3.1 on long files with `auto`.
+TOKENS_PER_DRAFTED_PASS = 3
 
 
 @dataclass
@@ -135,9 +137,13 @@ class WindowDecoder:
         once the one-off costs that work repays (`WhisperRuntime.expect`, `Drafter.expect`),
         instead of after the tokens that would show it is long."""
         tokens = round(seconds * TOKENS_PER_SECOND)
-        self.runtime.expect(tokens, plain_steps=0 if self.drafter else tokens)
-        if self.drafter:
-            self.drafter.expect(tokens)
+        if self.drafter is None:  # a pass a token, every one a plain step
+            self.runtime.expect(tokens, plain_steps=tokens)
+            return
+        # drafted, at least a pass per TOKENS_PER_DRAFTED_PASS tokens; how many are plain steps is
+        # the drafter's choice, not known ahead
+        self.runtime.expect(tokens // TOKENS_PER_DRAFTED_PASS, plain_steps=0)
+        self.drafter.expect(tokens)
 
     @torch.inference_mode()
     def detect_language(self) -> tuple[list[str], list[float]]:
@@ -238,7 +244,7 @@ class WindowDecoder:
             out, prefix = outs[0], prefixes[0]
             out.logprobs = target.logprobs(prefix + out.tokens, len(prefix), out.logprobs)
         if temperature == 0:
-            runtime.decoded(sum(len(out.tokens) for out in outs), sum(out.stats.plain_rounds for out in outs))
+            runtime.decoded(sum(out.stats.target_passes for out in outs), sum(out.stats.plain_rounds for out in outs))
         return outs
 
     def _screens(self, temperature: float, rows: int) -> bool:

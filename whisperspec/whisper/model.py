@@ -10,7 +10,7 @@ import torch
 from whisperspec.kernels.processor import bfloat16_is_fast
 from whisperspec.whisper.alignment import alignment_heads
 from whisperspec.whisper.encoder import Encoder
-from whisperspec.whisper.kv_decoder import COMPILE_AFTER_PASSES, KVDecoder
+from whisperspec.whisper.kv_decoder import COMPILE_REPAID_PASSES, KVDecoder
 from whisperspec.whisper.screened_head import ScreenedHead
 from whisperspec.whisper.tokens import WhisperTokens
 
@@ -69,7 +69,7 @@ class WhisperRuntime:
         # plain steps of greedy windows in this process, and expected ahead (`expect`): when to
         # screen the head
         self.plain_steps = self.plain_steps_ahead = 0
-        self.tokens_ahead = 0  # what the work ahead is expected to emit (`expect`), less what it has
+        self.passes_ahead = 0  # main decoder passes the work ahead is expected to run (`expect`)
 
     @cached_property
     def screened_head(self) -> ScreenedHead | None:
@@ -87,22 +87,21 @@ class WhisperRuntime:
             return False
         return self.screened_head is not None
 
-    def expect(self, tokens: int, plain_steps: int) -> None:
-        """An input joins the work ahead, expected to emit about this many tokens in about this many
-        plain steps (all of them when nothing drafts; with a drafter, unknown: 0): where the work
-        ahead repays them, the one-off costs a decoder otherwise pays once the work has shown it
-        is long (compiling the main decoder's one-row pass, screening the head) are paid at once."""
+    def expect(self, passes: int, plain_steps: int) -> None:
+        """An input joins the work ahead, expected to take about this many passes of the main
+        decoder, this many of them plain steps (all when nothing drafts; with a drafter, unknown:
+        0): where the work ahead repays them, the one-off costs a decoder otherwise pays once the
+        work has shown it is long (compiling its one-row pass, screening the head) are paid at
+        once."""
+        self.passes_ahead += passes
         self.plain_steps_ahead += plain_steps
-        self.tokens_ahead += tokens
-        # greedy decoding runs a pass a token; drafting, 2-3 tokens a pass, still as many passes as
-        # repay compiling (the ski rental's threshold is well past them)
-        if self.tokens_ahead >= COMPILE_AFTER_PASSES:
+        if self.passes_ahead >= COMPILE_REPAID_PASSES:
             self.decoder.compile_after = 0
 
-    def decoded(self, tokens: int, plain_steps: int) -> None:
-        """Greedy windows emitted this many tokens in this many plain steps (the steps are what
-        screening the head is judged by)."""
-        self.tokens_ahead = max(self.tokens_ahead - tokens, 0)
+    def decoded(self, passes: int, plain_steps: int) -> None:
+        """Greedy windows ran this many passes of the main decoder, this many of them plain steps
+        (what screening the head is judged by)."""
+        self.passes_ahead = max(self.passes_ahead - passes, 0)
         self.plain_steps += plain_steps
         self.plain_steps_ahead = max(self.plain_steps_ahead - plain_steps, 0)
 
