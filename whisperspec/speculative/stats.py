@@ -32,8 +32,8 @@ class SpeculationStats:
         self.accept_counts[accepted] += 1
 
     def merge(self, other: "SpeculationStats") -> None:
-        for name in ("rounds", "plain_rounds", "proposed", "accepted", "emitted", "target_passes", "draft_passes",
-                     "draft_seconds", "verify_seconds"):
+        for name in ("rounds", "plain_rounds", "proposed", "accepted", "emitted", "target_passes",
+                     "draft_passes", "draft_seconds", "verify_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accept_counts.update(other.accept_counts)
 
@@ -51,8 +51,8 @@ class SpeculationStats:
 
     def to_dict(self) -> dict:
         return {
-            "rounds": self.rounds, "plain_rounds": self.plain_rounds, "proposed": self.proposed, "accepted": self.accepted,
-            "emitted": self.emitted, "target_passes": self.target_passes,
+            "rounds": self.rounds, "plain_rounds": self.plain_rounds, "proposed": self.proposed,
+            "accepted": self.accepted, "emitted": self.emitted, "target_passes": self.target_passes,
             "draft_passes": self.draft_passes, "acceptance_rate": round(self.acceptance_rate, 4),
             "mean_accepted_length": round(self.mean_accepted_length, 3),
             "draft_ms": round(self.draft_seconds * 1e3, 1), "verify_ms": round(self.verify_seconds * 1e3, 1),

@@ -244,7 +244,8 @@ class WindowDecoder:
             out, prefix = outs[0], prefixes[0]
             out.logprobs = target.logprobs(prefix + out.tokens, len(prefix), out.logprobs)
         if temperature == 0:
-            runtime.decoded(sum(out.stats.target_passes for out in outs), sum(out.stats.plain_rounds for out in outs))
+            runtime.decoded(sum(out.stats.target_passes for out in outs),
+                            sum(out.stats.plain_rounds for out in outs))
         return outs
 
     def _screens(self, temperature: float, rows: int) -> bool:

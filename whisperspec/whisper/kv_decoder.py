@@ -33,8 +33,8 @@ from whisperspec.whisper.decoder_pass import (attention_mask, layer_pass, packed
 # until the interpreter has cost about what compiling would (the ski-rental rule: never more than
 # about twice the best choice made knowing the length), then compiles. Told how many passes the
 # input ahead will take (`WhisperRuntime.expect`), the main decoder compiles at once where they
-# repay it: base's main decoder compiles in ~155 ms and then saves ~1.6 ms a pass. Same numbers
-# either way; docs/BENCHMARKS.md has the costs.
+# repay it: past what compiling costs in the eager passes it saves (`COMPILE_REPAID_PASSES`). Same
+# numbers either way; docs/BENCHMARKS.md has the costs.
 COMPILE_AFTER_PASSES = 150
 COMPILE_REPAID_PASSES = 100
 

@@ -83,7 +83,8 @@ class WhisperRuntime:
         costs what the full head's reading costs in a few hundred steps: it is made once that many
         steps show the work is long enough to repay it (a short file never pays for it; a long one
         loses at most that much again), or at once when that many are expected ahead (`expect`)."""
-        if "screened_head" not in self.__dict__ and max(self.plain_steps, self.plain_steps_ahead) < SCREEN_AFTER_STEPS:
+        made = "screened_head" in self.__dict__
+        if not made and max(self.plain_steps, self.plain_steps_ahead) < SCREEN_AFTER_STEPS:
             return False
         return self.screened_head is not None
 
