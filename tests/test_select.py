@@ -40,7 +40,7 @@ def test_the_fastest_candidate_drafts_and_the_choice_follows_the_text():
                                  candidate("dear", acceptance=0.75, step_cost=0.35)])
     world = {"cheap": (1.0, 0.0008), "dear": (0.67, 0.0035)}
     chosen = simulate(selector, 80, world)[-60:]
-    assert chosen.count("cheap") >= 54 and chosen.count(None) == 0
+    assert chosen.count("cheap") >= 54 and chosen.count(None) <= 1  # one plain step, timed
     # the cheap draft stops being right (the speech changed, say): the dear one takes over once the
     # cheap one's record, which forgets 3% a round, says so, then the cheap one is probed less and
     # less often
@@ -69,8 +69,8 @@ def test_candidates_are_built_when_first_chosen_and_only_where_they_apply():
         Candidate("elsewhere", never, acceptance=0.99, step_cost=0.01, applies=lambda tokens: tokens[0] == 99),
     ])
     chosen = simulate(selector, 50, {"good": (1.0, 0.0005)})
-    assert set(chosen) == {"good"} and list(selector.built) == ["good"]
-    assert selector.usage() == {"good": 1.0}
+    assert set(chosen) <= {"good", None} and list(selector.built) == ["good"]
+    assert selector.usage()["good"] >= 0.98
 
 
 def test_a_late_candidate_gets_the_window_and_the_reorders_it_missed():
@@ -169,6 +169,23 @@ def test_a_probe_is_timed_on_its_second_round_not_on_its_catch_up():
         previous = name
     # "other" (all 3 tokens right, against 2) wins once its probe is timed without the catch-up
     assert selector.usage()["other"] > 0.8
+
+
+def test_a_plain_step_is_timed_now_and_then_and_wins_where_passes_over_more_tokens_are_dear():
+    """The plain step's cost is measured, not extrapolated from the verify passes: a decoder whose
+    pass over 4 tokens costs 60% more than a step (attention one query at a time, say) is faster
+    plain (100 tokens a second) than with a draft right on a third of its tokens (91), though the
+    extrapolation from the verify passes at 12% a token would say not (85)."""
+    selector = SelectingDrafter([candidate("third", acceptance=0.5, step_cost=0.1)])
+    chosen = []
+    for _ in range(200):
+        proposal = selector.propose_batch([[1, 2, 3]], 3, [DraftContext()])[0]
+        drafted = len(proposal.tokens)
+        verdict = Verdict(proposed=drafted, accepted=drafted // 3, next_token=0)
+        selector.learn([1, 2, 3], verdict, None, 0.002 * drafted, PLAIN_STEP * (1 + 0.2 * drafted))
+        chosen.append(selector.chosen)
+    assert selector.verify_cost.plain_steps_timed() >= 1
+    assert chosen[-100:].count(None) >= 85
 
 
 def test_one_slow_round_does_not_dethrone_the_fastest():

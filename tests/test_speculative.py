@@ -14,6 +14,7 @@ from whisperspec.kernels.packed_linear import packed_copy
 from whisperspec.speculative.drafters.select import SelectingDrafter
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.whisper.drafters import make_drafter
+from whisperspec.whisper.drafters.auto import auto_candidates
 from whisperspec.whisper.drafters.draft_models import shared_cross_layers
 from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 from whisperspec.whisper.drafters.trained import distilled_drafter, without_prompt
@@ -35,8 +36,8 @@ def build_drafter(name: str, runtime, seed: int):
     if name == "separate":  # a different, smaller Whisper with its own encoder
         draft = tiny_whisper(seed + 100, d_model=32, decoder_layers=2, heads=2, dtype=runtime.model.dtype)
         return draft_whisper_drafter(runtime, draft, vocab_size_kept=3000, share_encoder=False)
-    if name in ("auto", "switching"):
-        auto = make_drafter("auto", runtime)
+    if name in ("auto", "switching"):  # auto's candidates, whatever the main decoder (beside a bfloat16
+        auto = SelectingDrafter(auto_candidates(runtime))  # one `auto` itself has none)
         for candidate in auto.candidates.values():
             candidate.build_cost = 0  # a short test window would never repay a build
         if name == "switching":  # another drafter (or none) every round: switching must change nothing

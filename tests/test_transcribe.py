@@ -30,12 +30,16 @@ def base():
 
 
 def with_drafter(plain: Transcriber, draft: str, lookahead: str) -> Transcriber:
-    """`plain` with a drafter: the same loaded model and options, no second load."""
+    """`plain` with a drafter: the same loaded model and options, no second load; "auto": its
+    candidates, even beside a bfloat16 decoder (`auto_that_drafts`)."""
     from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
+
+    from tiny_models import auto_that_drafts
 
     speculative = Transcriber.__new__(Transcriber)
     speculative.__dict__.update(plain.__dict__)
-    speculative.drafter, speculative.draft = make_drafter(draft, plain.runtime), parse_draft_spec(draft, lookahead)
+    drafter = auto_that_drafts(plain.runtime) if draft == "auto" else make_drafter(draft, plain.runtime)
+    speculative.drafter, speculative.draft = drafter, parse_draft_spec(draft, lookahead)
     return speculative
 
 
@@ -96,7 +100,7 @@ def test_a_faster_compute_type_transcribes_and_drafting_keeps_its_tokens(compute
     assert plain.runtime.compute_type == compute_type
     result = plain.transcribe(ROOT / "data" / "sample.flac")
     assert score([(ROOT / "data" / "sample.txt").read_text()], [result.text], "en").wer == 0, result.text
-    speculative = Transcriber("base", compute_type=compute_type, language="en", draft="auto", lookahead=4)
+    speculative = with_drafter(plain, "auto", "4")
     for clip in SHORT_CLIPS:
         expected = plain.transcribe(CLIPS / f"{clip}.flac")
         fast = speculative.transcribe(CLIPS / f"{clip}.flac")
@@ -108,7 +112,12 @@ def test_auto_chooses_among_the_drafters_the_model_has(base):
     from tiny_models import tiny_runtime
     from whisperspec.whisper.drafters import make_drafter
 
-    auto = make_drafter("auto", base.runtime)
+    from whisperspec.speculative.drafters.select import SelectingDrafter
+    from whisperspec.whisper.drafters.auto import auto_candidates
+
+    # beside a bfloat16 decoder `auto` has none of its candidates (`auto_drafter`)
+    assert (make_drafter("auto", base.runtime) is None) == base.runtime.decoder.bfloat16
+    auto = SelectingDrafter(auto_candidates(base.runtime))
     # the English draft, the multilingual one, base in int8, prompt lookup; built when first chosen
     assert set(auto.candidates) == {"trained", "trained:base-draft-multilingual", "int8", "ngram"} and not auto.built
     trained, multilingual = auto.candidates["trained"], auto.candidates["trained:base-draft-multilingual"]

@@ -19,6 +19,7 @@ more).
 from __future__ import annotations
 
 import copy
+import functools
 import weakref
 
 import torch
@@ -103,11 +104,59 @@ class Bfloat16Linear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
+        self.weight = weight.detach()  # the float32 weights, shared: what a reduced copy is cut from
         self.packed = bfloat16_weight(weight)
         self.bias = None if bias is None else bias.detach().bfloat16()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return onednn_linear(x.bfloat16(), self.packed, self.bias).float()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-able, as `PackedLinear`'s
+        return bfloat16_product(x, self.packed, self.bias, False).float()
+
+
+# oneDNN runs a bfloat16 product over up to this many rows with one kernel, whose rows do not
+# depend on one another; more rows take another (`bfloat16_rows_are_independent`)
+BFLOAT16_ROWS = 32
+
+
+def bfloat16_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gelu: bool,
+                     rows_per_product: int = BFLOAT16_ROWS) -> torch.Tensor:
+    """x @ weight.T + bias (then the exact GELU if `gelu`) in bfloat16 with float32 sums, `weight`
+    packed (`bfloat16_weight`): each row the same bits whatever other rows `x` holds, since the
+    rows go to oneDNN `BFLOAT16_ROWS` at a time. TorchScript-able."""
+    x = x.to(torch.bfloat16)
+    attr, algorithm = "none", ""
+    if gelu:
+        attr, algorithm = "gelu", "none"  # "none": the exact (erf) GELU, Whisper's
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.shape[0] <= rows_per_product:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
+    parts = [torch.ops.mkldnn._linear_pointwise(part, weight, bias, attr, [], algorithm)
+             for part in rows.split(rows_per_product)]
+    return torch.cat(parts).reshape(x.shape[:-1] + (parts[0].shape[-1],))
+
+
+@functools.cache
+def bfloat16_rows_are_independent() -> bool:
+    """Whether oneDNN's bfloat16 products give each row of their input the same bits whatever rows
+    come with it, up to `BFLOAT16_ROWS` rows a product (with GELU inside or not), as a bfloat16
+    decoder needs for a pass over k tokens to equal k one-token steps (`Bfloat16DecoderLayer`).
+    float32's do not: a single row runs another kernel than several, in another summation order;
+    so do bfloat16's past 32 rows or so."""
+    if not ONEDNN_AVAILABLE:
+        return False
+    generator = torch.Generator().manual_seed(0)
+    try:
+        for rows_out, rows_in in ((192, 64), (64, 256), (1000, 64)):
+            weight = bfloat16_weight(torch.randn(rows_out, rows_in, generator=generator))
+            bias = torch.randn(rows_out, generator=generator).bfloat16()
+            x = torch.randn(BFLOAT16_ROWS + 5, rows_in, generator=generator).bfloat16()
+            for gelu in (False, True):
+                alone = torch.cat([bfloat16_product(row[None], weight, bias, gelu) for row in x])
+                for first, last in ((3, 4), (0, 2), (2, 7), (1, 17), (0, BFLOAT16_ROWS), (2, BFLOAT16_ROWS + 5)):
+                    if not torch.equal(bfloat16_product(x[first:last], weight, bias, gelu), alone[first:last]):
+                        return False
+    except (AttributeError, RuntimeError):  # a torch build without these ops
+        return False
+    return True
 
 
 def packed_copy(module: nn.Module, unpacked: tuple[str, ...] = ()) -> nn.Module:

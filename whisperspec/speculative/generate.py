@@ -52,20 +52,20 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
                    eos_token_id: int | None, *, drafter: Drafter | None = None, lookahead=None,
                    logit_filters: Sequence[LogitFilter] | None = None, temperature: float = 0.0,
                    generator: torch.Generator | None = None, noise: GumbelNoise | None = None,
-                   on_tokens: Callable[[int, list[int]], None] | None = None, held: int | None = None,
+                   on_tokens: Callable[[int, list[int]], None] | None = None, held: int | Sequence[int] | None = None,
                    on_prefill: Callable[[int, torch.Tensor], None] | None = None,
                    stop: Callable[[int, list[int]], int | None] | None = None,
                    interrupt: Callable[[], None] | None = None, prefill_logits: int | None = None) -> list[Generation]:
-    """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`, or, with
-    `held`, just the first `held` tokens of every row: the first round then feeds the rest together
-    with the first draft, so a prompt is read in the pass that verifies that draft (one target pass
-    fewer), and `on_prefill(row, logits)` receives the logits [n, vocab] of the n tokens fed for
-    that row; with `prefill_logits`, of the last `prefill_logits` of them only. A first pass that
+    """Continue every sequence; the target's cache row i must hold `sequences[i][:-1]`, or, with `held`,
+    just the first `held` tokens of every row (or `held[i]` of row i): the first round then feeds the
+    rest together with the first draft, so a prompt is read in the pass that verifies that draft (one
+    target pass fewer), and `on_prefill(row, logits)` receives the logits [n, vocab] of the n tokens fed
+    for that row; with `prefill_logits`, of the last `prefill_logits` of them only. A first pass that
     reads a prompt asks the target for no other logits than those and the ones it verifies
-    (`target.forward(tokens, logits_to_keep=m)`, which a target given `held` must take): the head
-    of a long prompt's earlier positions is work nobody reads. Sequences may differ in length: each
-    row's tokens sit at its own positions (shorter rows are padded at the end, and the padding is
-    rolled back unread). `max_new_tokens`: one limit for every row, or one per row.
+    (`target.forward(tokens, logits_to_keep=m)`, which a target given `held` must take): the head of a
+    long prompt's earlier positions is work nobody reads. Sequences may differ in length: each row's
+    tokens sit at its own positions (shorter rows are padded at the end, and the padding is rolled back
+    unread). `max_new_tokens`: one limit for every row, or one per row.
 
     Sampling (temperature > 0) follows the residual rule with `generator`, or with `noise` coupled
     sampling (`whisperspec.speculative.coupled`: the same tokens with or without a drafter).
@@ -84,7 +84,9 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
     outs = [Generation() for _ in rows]
     limits = [max_new_tokens] * len(rows) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     active = list(range(len(rows)))  # original row index of each row still in the batch
-    tails = [1] * len(rows) if held is None else [len(row) - held for row in rows]  # tokens the first pass feeds
+    if held is not None and isinstance(held, int):
+        held = [held] * len(rows)
+    tails = [1] * len(rows) if held is None else [len(row) - h for row, h in zip(rows, held)]  # the first pass feeds
     if min(tails) < 1:
         raise ValueError(f"every row must leave at least one token to the first pass, not {tails}")
     prefilling = held is not None

@@ -84,7 +84,8 @@ def attention_to_audio(decoder, hidden: torch.Tensor, tokens: list[int],
         states = layer.attend_self(states, positions, mask, *decoder.self_kv[index])
         wanted = [head for layer_index, head in heads if layer_index == index]
         if wanted:
-            products = layer.cross_queries(states)[0, wanted] @ k_cross[0, wanted].transpose(-1, -2)
+            queries = layer.cross_queries(states)[0, wanted]
+            products = queries @ k_cross[0, wanted].to(queries.dtype).transpose(-1, -2)
             scores.update(zip([(index, head) for head in wanted], products))
         states = layer.feed_forward(layer.attend_encoder(states, k_cross, v_cross))
     logits = decoder.head(decoder.final_norm(states))[0]

@@ -1,9 +1,10 @@
 """The decoder's layers as TorchScript-able modules, and a whole pass over one row compiled.
 
 `DecoderLayer` is the one implementation of a Whisper decoder layer over our KV cache: every pass
-of `KVDecoder` runs it, for any batch (ragged rows write their cache entries by scatter and see
-only their own keys through the mask). `PackedDecoderLayer` is the same layer in fewer oneDNN
-products, what a float32 decoder runs (`packed_decoder`). `SingleRowPass` is a pass for a batch of
+of `KVDecoder` runs it, for any batch (ragged rows write their cache entries at their own positions
+and see only their own keys through the mask). `PackedDecoderLayer` is the same layer in fewer
+oneDNN products, what a float32 decoder runs (`packed_decoder`); `Bfloat16DecoderLayer` the same
+products on bfloat16, what compute type bfloat16 runs. `SingleRowPass` is a pass for a batch of
 one row, embeddings to logits, which `KVDecoder` runs compiled with TorchScript.
 
 Decoding one window runs one row, and each of its passes is a few dozen small ops. In eager mode
@@ -20,13 +21,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import List
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, PackedLinear, packed_copy, packed_weight
+from whisperspec.kernels.packed_linear import (ONEDNN_AVAILABLE, PackedLinear, bfloat16_product, bfloat16_weight,
+                                                packed_copy, packed_weight)
 
 
 def split_heads(x: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
@@ -73,12 +75,11 @@ class DecoderLayer(nn.Module):
         return split_heads(x, self.n_heads, self.head_dim)
 
     def _write(self, cache: torch.Tensor, positions: torch.Tensor, values: torch.Tensor) -> None:
-        if positions.shape[0] == 1:  # the common case: a slice, no scatter
-            first = int(positions[0, 0])
-            cache[:, :, first:first + values.shape[2]] = values
-        else:
-            index = positions[:, None, :, None].expand(-1, self.n_heads, -1, self.head_dim)
-            cache.scatter_(2, index, values)
+        # each row's new tokens sit at consecutive positions: a slice per row (a scatter over the
+        # batch cost more than the rest of a step's writes together)
+        for b in range(positions.shape[0]):
+            first = int(positions[b, 0])
+            cache[b, :, first:first + values.shape[2]] = values[b]
 
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, k_cross: torch.Tensor,
@@ -146,13 +147,9 @@ class PackedDecoderLayer(DecoderLayer):
 
     def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float):
         super().__init__(layer, n_heads, head_dim, scaling)
-        attn, cross = layer.self_attn, layer.encoder_attn
-        self.width = attn.q_proj.weight.shape[0]
-        self.qkv_weight = packed_weight(torch.cat([attn.q_proj.weight * scaling, attn.k_proj.weight,
-                                                   attn.v_proj.weight]))
-        self.qkv_bias = torch.cat([_bias(attn.q_proj) * scaling, _bias(attn.k_proj), _bias(attn.v_proj)])
-        self.cross_q_weight = packed_weight(cross.q_proj.weight * scaling)
-        self.cross_q_bias = _bias(cross.q_proj) * scaling
+        self.width = layer.self_attn.q_proj.weight.shape[0]
+        qkv_weight, self.qkv_bias, cross_q_weight, self.cross_q_bias = _fused_queries(layer, scaling)
+        self.qkv_weight, self.cross_q_weight = packed_weight(qkv_weight), packed_weight(cross_q_weight)
         del self.q, self.k, self.v, self.cross_q  # fused above: TorchScript need not see them
 
     @staticmethod
@@ -190,12 +187,112 @@ class PackedDecoderLayer(DecoderLayer):
         return _plus_product(hidden, inner, self.fc2.packed, self.fc2.bias)
 
 
+class Bfloat16DecoderLayer(DecoderLayer):
+    """`DecoderLayer` on bfloat16 (float32 sums, oneDNN), for compute type bfloat16 where such
+    products are fast: the fused products of `PackedDecoderLayer` (queries, keys and values in one;
+    GELU inside) on weights half the bytes of float32 ones, and attention over bfloat16 caches. A
+    one-token step reads its weights once for one row, at memory speed; a pass over a few tokens
+    costs little more than a step (AMX tiles take the rows together), which makes a verify pass
+    cheap. The residual stream and the norms stay float32.
+
+    Each row's result is the same bits whatever else the pass holds, so a pass verifying k tokens
+    gives exactly the logits of k steps, and a batch exactly those of its rows alone: the products
+    are row-independent (`bfloat16_rows_are_independent`, checked before a decoder uses this layer),
+    and attention, whose kernels are not (their results move with the number of queries), runs one
+    query at a time, as a step runs it. Only a prompt read in a pass of its own attends together."""
+
+    # the linears whose weights it copies to bfloat16: the decoder it runs need not pack them
+    OWN = (*FUSED_AWAY, *FUSED_INTO, "encoder_attn.k_proj", "encoder_attn.v_proj")
+
+    @classmethod
+    def fits(cls, decoder: nn.Module) -> bool:
+        """Whether a Whisper decoder's layers can run so (float32 linears, oneDNN here)."""
+        linears = [layer.get_submodule(name) for layer in decoder.layers for name in cls.OWN]
+        return ONEDNN_AVAILABLE and all(type(m) is nn.Linear and m.weight.dtype == torch.float32
+                                        and m.weight.device.type == "cpu" for m in linears)
+
+    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float):
+        super().__init__(layer, n_heads, head_dim, scaling)
+        attn, cross = layer.self_attn, layer.encoder_attn
+        self.width = attn.q_proj.weight.shape[0]
+        qkv_weight, qkv_bias, cross_q_weight, cross_q_bias = _fused_queries(layer, scaling)
+        self.qkv_weight, self.qkv_bias = bfloat16_weight(qkv_weight), qkv_bias.bfloat16()
+        self.cross_q_weight, self.cross_q_bias = bfloat16_weight(cross_q_weight), cross_q_bias.bfloat16()
+        self.out_weight, self.out_bias = bfloat16_weight(attn.out_proj.weight), _bias(attn.out_proj).bfloat16()
+        self.cross_out_weight = bfloat16_weight(cross.out_proj.weight)
+        self.cross_out_bias = _bias(cross.out_proj).bfloat16()
+        self.fc1_weight, self.fc1_bias = bfloat16_weight(layer.fc1.weight), _bias(layer.fc1).bfloat16()
+        self.fc2_weight, self.fc2_bias = bfloat16_weight(layer.fc2.weight), _bias(layer.fc2).bfloat16()
+        del self.q, self.k, self.v, self.cross_q, self.out, self.cross_out, self.fc1, self.fc2
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                k_cache: torch.Tensor, v_cache: torch.Tensor, k_cross: torch.Tensor,
+                v_cross: torch.Tensor) -> torch.Tensor:
+        """`mask` None: every query attends alone (a decoding pass); given: together under it (a
+        prompt read in a pass of its own, `KVDecoder.read_prompt`, the same in every mode)."""
+        hidden = self.attend_self(hidden, positions, mask, k_cache, v_cache)
+        hidden = self._attend_encoder(hidden, k_cross, v_cross, mask is not None)
+        return self.feed_forward(hidden)
+
+    def attend_self(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        qkv = bfloat16_product(self.self_norm(hidden), self.qkv_weight, self.qkv_bias, False)
+        q, k, v = qkv.split(self.width, dim=-1)
+        self._write(k_cache, positions, self._heads(k))
+        self._write(v_cache, positions, self._heads(v))
+        q = self._heads(q)
+        if mask is not None:
+            end = int(positions.max()) + 1
+            out = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
+        else:
+            out = torch.empty_like(q)
+            for b in range(q.shape[0]):
+                for i in range(q.shape[2]):  # each query over the keys up to its own position, as a step
+                    end = int(positions[b, i]) + 1
+                    out[b:b + 1, :, i:i + 1] = F.scaled_dot_product_attention(
+                        q[b:b + 1, :, i:i + 1], k_cache[b:b + 1, :, :end], v_cache[b:b + 1, :, :end], scale=1.0)
+        return hidden + bfloat16_product(merge_heads(out), self.out_weight, self.out_bias, False).float()
+
+    def _cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self._heads(bfloat16_product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias, False))
+
+    def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self._cross_queries(hidden).float()
+
+    def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
+        return self._attend_encoder(hidden, k_cross, v_cross, True)
+
+    def _attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor,
+                        together: bool) -> torch.Tensor:
+        q = self._cross_queries(hidden)
+        if together:
+            out = F.scaled_dot_product_attention(q, k_cross, v_cross, scale=1.0)
+        else:  # one query of every row at a time: rows of a batch are computed apart anyway
+            out = torch.empty_like(q)
+            for i in range(q.shape[2]):
+                out[:, :, i:i + 1] = F.scaled_dot_product_attention(q[:, :, i:i + 1], k_cross, v_cross, scale=1.0)
+        return hidden + bfloat16_product(merge_heads(out), self.cross_out_weight, self.cross_out_bias, False).float()
+
+    def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        inner = bfloat16_product(self.ffn_norm(hidden), self.fc1_weight, self.fc1_bias, True)
+        return hidden + bfloat16_product(inner, self.fc2_weight, self.fc2_bias, False).float()
+
+
 def _plus_product(residual: torch.Tensor, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None):
     """residual + (x @ weight.T + bias), the addition inside oneDNN's product."""
     if torch.jit.is_scripting():  # TorchScript picks the overload from the arguments
         return torch.ops.mkldnn._linear_pointwise(x, residual, packed, bias, "add")
     # eager, that lookup costs more than the product: name the overload
     return torch.ops.mkldnn._linear_pointwise.binary(x, residual, packed, bias, "add")
+
+
+def _fused_queries(layer: nn.Module, scaling: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A layer's query, key and value weights and biases as one product's, the query scale folded
+    in, and its cross-attention query's likewise scaled (float32, before any packing)."""
+    attn, cross = layer.self_attn, layer.encoder_attn
+    qkv_weight = torch.cat([attn.q_proj.weight * scaling, attn.k_proj.weight, attn.v_proj.weight])
+    qkv_bias = torch.cat([_bias(attn.q_proj) * scaling, _bias(attn.k_proj), _bias(attn.v_proj)])
+    return qkv_weight, qkv_bias, cross.q_proj.weight * scaling, _bias(cross.q_proj) * scaling
 
 
 def _bias(linear: nn.Module) -> torch.Tensor:
@@ -216,24 +313,43 @@ class SingleRowPass(nn.Module):
         self.layers = nn.ModuleList(decoder.layer_passes)
         self.final_norm, self.head = decoder.final_norm, head
         self.embed_tokens, self.embed_positions = decoder.embed_tokens, decoder.embed_positions
+        self.queries_apart = decoder.bfloat16  # each query attends alone (`Bfloat16DecoderLayer`)
 
     def forward(self, tokens: torch.Tensor, position: int, k_caches: List[torch.Tensor], v_caches: List[torch.Tensor],
                 k_cross: List[torch.Tensor], v_cross: List[torch.Tensor], keep: int) -> torch.Tensor:
         n = tokens.shape[1]
         positions = position + torch.arange(n)[None]
         hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
-        mask = attention_mask(positions)
+        mask: Optional[torch.Tensor] = None
+        if not self.queries_apart:
+            mask = attention_mask(positions)
         for i, layer in enumerate(self.layers):
             hidden = layer(hidden, positions, mask, k_caches[i], v_caches[i], k_cross[i], v_cross[i])
         return self.head(self.final_norm(hidden[:, n - keep:]))
 
 
-def script_single_row_pass(decoder, head: nn.Module) -> torch.jit.ScriptModule | None:
+class ScriptedPass:
+    """A scripted pass run by TorchScript's graph executor without its optimisations. What a
+    compiled pass saves is the interpreter between its ops; the optimising executor adds nothing
+    to that on a CPU (it fuses no oneDNN product), yet spends its first two calls profiling and
+    re-planning the graph: about as long as scripting itself, a first-window cost that every new
+    process paid three times (docs/BENCHMARKS.md, "Compiled passes without the profiling runs").
+    Unoptimised, the graph runs the same ops in the same order: the eager pass's bits."""
+
+    def __init__(self, module: torch.jit.ScriptModule):
+        self.module = module
+
+    def __call__(self, *args):
+        with torch.jit.optimized_execution(False):  # per thread, restored on leaving
+            return self.module(*args)
+
+
+def script_single_row_pass(decoder, head: nn.Module) -> ScriptedPass | None:
     """`SingleRowPass` of `decoder` with `head`, scripted; None where that cannot be done (then the
     eager pass runs: same results, slower)."""
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated.*")  # the choice is explained above
-            return torch.jit.script(SingleRowPass(decoder, head))
+            return ScriptedPass(torch.jit.script(SingleRowPass(decoder, head)))
     except Exception:  # noqa: BLE001 - any scripting failure only means the eager pass
         return None

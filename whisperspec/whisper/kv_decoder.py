@@ -22,25 +22,26 @@ import torch
 from torch import nn
 
 from whisperspec.kernels.int8_linear import Int8Linear
-from whisperspec.kernels.packed_linear import Bfloat16Linear, PackedLinear
-from whisperspec.whisper.decoder_pass import (attention_mask, layer_pass, packed_decoder, script_single_row_pass,
-                                              split_heads)
+from whisperspec.kernels.packed_linear import Bfloat16Linear, PackedLinear, bfloat16_rows_are_independent, packed_copy
+from whisperspec.whisper.decoder_pass import (Bfloat16DecoderLayer, ScriptedPass, attention_mask, layer_pass,
+                                              packed_decoder, script_single_row_pass, split_heads)
 
 
-# Compiling a pass (scripting it, then TorchScript's two profiling runs) costs what the compiled
-# pass saves over 100-250 eager ones (base's main decoder, the int8 self-draft, a distilled draft),
-# which a short file never wins back. Not knowing how long the work will be, a decoder runs eager
-# until the interpreter has cost about what compiling would (the ski-rental rule: never more than
+# Compiling a pass (scripting it: `ScriptedPass`) costs what the compiled pass saves over 40-90
+# eager ones (base's main decoder; the int8 self-draft and a distilled draft), which a short file
+# never wins back. Not knowing how long the work will be, a decoder runs eager until the
+# interpreter has cost about what compiling the dearest would (the ski-rental rule: never more than
 # about twice the best choice made knowing the length), then compiles. Told how many passes the
 # input ahead will take (`WhisperRuntime.expect`), the main decoder compiles at once where they
-# repay it: past what compiling costs in the eager passes it saves (`COMPILE_REPAID_PASSES`). Same
-# numbers either way; docs/BENCHMARKS.md has the costs.
-COMPILE_AFTER_PASSES = 150
-COMPILE_REPAID_PASSES = 100
+# repay it: past what compiling it costs in the eager passes it saves (`COMPILE_REPAID_PASSES`).
+# docs/BENCHMARKS.md has the costs.
+COMPILE_AFTER_PASSES = 90
+COMPILE_REPAID_PASSES = 50
 
 
 class KVDecoder:
-    def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None, cross_pool: int = 1):
+    def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None, cross_pool: int = 1,
+                 bfloat16: bool = False):
         self.embed_tokens = decoder.embed_tokens.weight
         self.embed_positions = decoder.embed_positions.weight
         self.layers = list(decoder.layers)
@@ -51,7 +52,12 @@ class KVDecoder:
         self.n_heads, self.head_dim = attn.num_heads, attn.head_dim
         self.scaling = attn.scaling
         self.n_layers = len(self.layers)
-        self.layer_passes = [layer_pass(layer, self.n_heads, self.head_dim, self.scaling) for layer in self.layers]
+        # `bfloat16`: the per-token products and the attention on bfloat16 (`Bfloat16DecoderLayer`),
+        # the caches with them; else float32
+        self.layer_passes = [Bfloat16DecoderLayer(layer, self.n_heads, self.head_dim, self.scaling) if bfloat16
+                             else layer_pass(layer, self.n_heads, self.head_dim, self.scaling) for layer in self.layers]
+        self.bfloat16 = bfloat16
+        self.cache_dtype = torch.bfloat16 if bfloat16 else self.embed_tokens.dtype
         # >1: cross-attention reads the encoder frames averaged in groups of this many (a draft
         # trained so, or the int8 self-draft: its step reads that much less), see `pool_frames`
         self.cross_pool = cross_pool
@@ -61,7 +67,7 @@ class KVDecoder:
         # head -> this decoder's pass over one row, compiled with that head (None: not compilable),
         # once `compile_after` passes have run eager (with any head: the count says the work is
         # long enough, and a head first used late, as the screened one, compiles at once)
-        self.single_row_passes: dict[nn.Module, torch.jit.ScriptModule | None] = {}
+        self.single_row_passes: dict[nn.Module, ScriptedPass | None] = {}
         self.eager_passes = 0
         self.compile_after = COMPILE_AFTER_PASSES
 
@@ -70,8 +76,19 @@ class KVDecoder:
         """For a transformers WhisperForConditionalGeneration (or a WhisperForCausalLM draft); its
         linears run on oneDNN (`packed_decoder`), the model itself is left as it is.
         `cross_compute_type` "int8" or "bfloat16": project each window's cross-attention keys/values
-        with such products (the runtime's compute type; every per-token product stays float32)."""
-        decoder = packed_decoder(model.model.decoder)
+        with such products (the runtime's compute type). With "bfloat16" the per-token work runs on
+        bfloat16 too where its products are row-independent here (`Bfloat16DecoderLayer`, and the
+        head); otherwise it stays float32."""
+        stock = model.model.decoder
+        if (cross_compute_type == "bfloat16" and Bfloat16DecoderLayer.fits(stock)
+                and bfloat16_rows_are_independent()):
+            decoder = packed_copy(stock, unpacked=Bfloat16DecoderLayer.OWN)  # its layers copy those
+            for layer in decoder.layers:
+                attn = layer.encoder_attn
+                attn.k_proj = Bfloat16Linear(attn.k_proj.weight, attn.k_proj.bias)
+                attn.v_proj = Bfloat16Linear(attn.v_proj.weight, attn.v_proj.bias)
+            return cls(decoder, Bfloat16Linear(model.proj_out.weight), bfloat16=True, **kwargs)
+        decoder = packed_decoder(stock)
         product = {"float32": None, "int8": Int8Linear, "bfloat16": Bfloat16Linear}[cross_compute_type]
         if product:
             for layer in decoder.layers:
@@ -92,7 +109,7 @@ class KVDecoder:
         projected again, layer i taking those of its layer `cross_layers[i]` (default: i).
         """
         batch, _, _ = encoder_hidden.shape
-        dtype, device = self.embed_tokens.dtype, self.embed_tokens.device
+        dtype, device = self.cache_dtype, self.embed_tokens.device
         self.encoder_hidden = encoder_hidden  # what this window's cross K/V come from
         self.batch_size = batch
         self.rows_changed = False  # by `reorder` / `fork` since the window started
@@ -111,7 +128,7 @@ class KVDecoder:
                 # Each head's keys/values made contiguous (a copy per window): every step's attention
                 # then reads them in one stream instead of 64-float pieces 512 floats apart, which
                 # cost a one-row step's cross-attention about twice the time (docs/BENCHMARKS.md).
-                return pool_frames(heads, self.cross_pool).contiguous()
+                return pool_frames(heads, self.cross_pool).to(dtype).contiguous()
 
             self.cross_kv = [(project(layer.encoder_attn.k_proj), project(layer.encoder_attn.v_proj))
                              for layer in self.layers]
@@ -129,8 +146,10 @@ class KVDecoder:
         # Input of layer `exit_layer` for the positions only the lower layers hold, with the tokens
         # that produced them, so a verify pass can skip recomputing them.
         self.exit_layer = None
-        if self.exit_hidden is None or self.exit_hidden.shape[0] != batch or self.exit_hidden.dtype != dtype:
-            self.exit_hidden = torch.zeros(batch, self.max_length, self.embed_tokens.shape[1], dtype=dtype)
+        hidden_dtype = self.embed_tokens.dtype
+        if (self.exit_hidden is None or self.exit_hidden.shape[0] != batch
+                or self.exit_hidden.dtype != hidden_dtype):
+            self.exit_hidden = torch.zeros(batch, self.max_length, self.embed_tokens.shape[1], dtype=hidden_dtype)
         self.fed_tokens = torch.full((batch, self.max_length), -1, dtype=torch.long)
 
     @torch.inference_mode()
@@ -264,7 +283,7 @@ class KVDecoder:
         if hidden is None:
             hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
             self.fed_tokens.scatter_(1, positions, tokens)
-        mask = attention_mask(positions)
+        mask = None if self.bfloat16 else attention_mask(positions)  # bfloat16: each query attends alone
         for index in range(first, top):
             hidden = self.layer_passes[index](hidden, positions, mask, *self.self_kv[index], *self.cross_kv[index])
             self.lengths[index] = positions[:, -1] + 1
@@ -272,6 +291,28 @@ class KVDecoder:
             self.exit_layer = exit_layer
             self.exit_hidden.scatter_(1, positions[:, :, None].expand(-1, -1, hidden.shape[-1]), hidden)
         return hidden
+
+    @torch.inference_mode()
+    def read_prompt(self, prompts: list[list[int]]) -> None:
+        """Feed each row its prompt (its first tokens, on a cache just started), row by row in
+        passes of their own whose queries attend together, without the head. What a bfloat16
+        decoder (`Bfloat16DecoderLayer`) reads so is the same whatever else its batch holds and
+        whatever is drafted after it, and costs a fraction of reading it one query at a time."""
+        for row, prompt in enumerate(prompts):
+            if not prompt:
+                continue
+            if int(self.lengths[:, row].max()) != 0:
+                raise ValueError("a prompt is read first, on an empty row")
+            self._check_room(len(prompt))
+            tokens, positions = torch.tensor([prompt]), torch.arange(len(prompt))[None]
+            hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
+            mask = attention_mask(positions)
+            for index, layer in enumerate(self.layer_passes):
+                (k, v), (k_cross, v_cross) = self.self_kv[index], self.cross_kv[index]
+                hidden = layer(hidden, positions, mask, k[row:row + 1], v[row:row + 1], k_cross[row:row + 1],
+                               v_cross[row:row + 1])
+            self.lengths[:, row] = len(prompt)
+            self.fed_tokens[row, :len(prompt)] = tokens[0]
 
     # ---------------------------------------------------------------- helpers
     def _reuse_early_exit(self, tokens: torch.Tensor, start: torch.Tensor):

@@ -42,12 +42,14 @@ def resolve_compute_type(compute_type: str, model=None) -> str:
 
 
 class WhisperRuntime:
-    """compute_type (faster-whisper's names) says how the work done once per window runs: the
-    encoder and the cross-attention key/value projections. "int8": int8 products
-    (`whisperspec.kernels.int8_linear`); "bfloat16": bfloat16 products with float32 sums and a
-    float32 residual stream (1.8-3x float32's speed on processors with AMX or AMD's AVX-512 BF16);
-    "auto" (the default): bfloat16 where it is fast, else float32. Either way the result differs from float32
-    in the last bits, as faster-whisper's int8 does. The decoder's per-token work stays float32,
+    """compute_type (faster-whisper's names) says how the work runs. "int8": the encoder and the
+    cross-attention key/value projections on int8 products (`whisperspec.kernels.int8_linear`),
+    the decoder's per-token work float32; "bfloat16": bfloat16 products with float32 sums and a
+    float32 residual stream (1.8-3x float32's speed on processors with AMX or AMD's AVX-512 BF16),
+    the decoder's per-token work included where this machine's bfloat16 products are
+    row-independent (`Bfloat16DecoderLayer`: a step then reads half the bytes); "auto" (the
+    default): bfloat16 where it is fast, else float32. Each is a slightly different model, as
+    faster-whisper's types are. Every pass gives each row the same logits whatever else it holds,
     so speculative decoding gives exactly this runtime's own greedy tokens whatever the type."""
 
     def __init__(self, model, tokenizer, generation_config=None, compute_type: str = "float32"):

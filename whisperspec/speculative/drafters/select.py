@@ -3,20 +3,22 @@
 Which drafter pays depends on the input: a distilled draft is cheap and right on the speech it was
 trained for, and wrong on another language; a self-draft (the target in int8) is right almost
 everywhere but costs a third of a target pass per token; prompt lookup costs nothing and pays only
-where the text repeats. `SelectingDrafter` measures, for each candidate, how many tokens a round
-it drafts emits and what drafting costs, and for the target what a pass checking n drafted tokens
-costs (the same whoever drafted them); each round drafts with the candidate of the highest
-emitted-tokens-per-second, or with none when a plain step (one target pass for one token) is
-expected to be faster than all of them. Costs are medians of recent rounds, since a slow round (a
-first call, a collection pause) says nothing about the next one, and what a round emits is an
-average over the candidate's rounds that forgets slowly (one round says little: `_Rounds`). So it
-is never slower than plain decoding by more than its probes: a candidate not chosen is tried
-again now and then (after `probe_every` rounds, doubling each time it loses, up to
-`max_probe_gap`), since the text may have changed in its favour, as long as a round with every
-token it drafts right would beat the leader (a probe is not free). Priors only rank candidates
-before they are measured, and they are guesses (costs differ from machine to machine, acceptance
-from speech to speech): every candidate that applies is measured once the input is long enough to
-repay building it (`explore_after` times its build cost, in rounds), however poor its prior.
+where the text repeats. `SelectingDrafter` measures, for each candidate, how many tokens a round it
+drafts emits and what drafting costs, and for the target what a pass checking n drafted tokens costs
+(the same whoever drafted them); each round drafts with the candidate of the highest emitted-tokens-
+per-second, or with none when a plain step (one target pass for one token) is expected to be faster
+than all of them. A plain step is itself timed now and then (after `probe_every` rounds, then every
+`max_probe_gap`): how much a pass over more tokens costs differs from one decoder to another, so
+what drafting must beat is measured, not extrapolated. Costs are medians of recent rounds, since a
+slow round (a first call, a collection pause) says nothing about the next one, and what a round
+emits is an average over the candidate's rounds that forgets slowly (one round says little:
+`_Rounds`). So it is never slower than plain decoding by more than its probes: a candidate not
+chosen is tried again now and then (after `probe_every` rounds, doubling each time it loses, up to
+`max_probe_gap`), since the text may have changed in its favour, as long as a round with every token
+it drafts right would beat the leader (a probe is not free). Priors only rank candidates before they
+are measured, and they are guesses (costs differ from machine to machine, acceptance from speech to
+speech): every candidate that applies is measured once the input is long enough to repay building it
+(`explore_after` times its build cost, in rounds), however poor its prior.
 
 The first round of a candidate after another drafted pays for catching up (its cache is behind
 by whatever was decoded since it last drafted): that round counts for what it emits but is not
@@ -124,6 +126,9 @@ class _VerifyCost:
     def add(self, proposed: int, seconds: float) -> None:
         self.seconds.setdefault(proposed, deque(maxlen=self.timings)).append(seconds)
 
+    def plain_steps_timed(self) -> int:
+        return len(self.seconds.get(0, ()))
+
     def plain_step(self) -> float | None:
         if not self.seconds:
             return None
@@ -158,6 +163,7 @@ class SelectingDrafter(Drafter):
         self.gaps = {name: probe_every for name in self.candidates}  # rounds between probes of a loser
         self.forgone = {name: 0.0 for name in self.candidates}  # plain steps an unbuilt one would have saved
         self.last_tried = {name: 0 for name in self.candidates}
+        self.last_plain = 0  # the last round that drafted nothing
         self.rounds = 0
         self.tokens_ahead = 0  # what the work ahead is expected to emit (`expect`), less what it has
         self.chosen: str | None = None  # this round's candidate (None: a plain step)
@@ -190,11 +196,15 @@ class SelectingDrafter(Drafter):
         self.chosen, self.previous, self.setup_seconds = name, name, 0.0
         self.chosen_rounds[name or "none"] += 1
         if name is None:
+            self.last_plain = self.rounds
             return [Proposal([]) for _ in rows]
         self.last_tried[name] = self.rounds
         return self._ready(name).propose_batch(rows, k, contexts)
 
     def _choose(self, eligible: list[Candidate], k: int) -> str | None:
+        if self.rounds - self.last_plain >= self.max_probe_gap or (
+                self.rounds >= self.probe_every and not self.verify_cost.plain_steps_timed()):
+            return None  # a plain step now and then: what drafting must beat, measured, not extrapolated
         plain_step = self.verify_cost.plain_step()
         plain = 1 / plain_step if plain_step else None
         rates = {c.name: self._rate(c, k, plain) for c in eligible}
