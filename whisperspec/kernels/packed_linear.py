@@ -99,17 +99,19 @@ def bfloat16_weight(weight: torch.Tensor) -> torch.Tensor:
 
 class Bfloat16Linear(nn.Module):
     """y = x @ weight.T + bias as one bfloat16 product (float32 sums: ~3x float32's speed on AMX
-    tiles, ~1.8x on AMD's AVX-512 BF16), from and to float32: for the products whose input is a window's 1500 frames (compute
-    type bfloat16), never the per-token ones."""
+    tiles, ~1.8x on AMD's AVX-512 BF16), from and to float32: for the products whose input is a
+    window's 1500 frames (compute type bfloat16), and for a bfloat16 decoder's head, which with
+    `rows_apart` gives each row the same bits whatever rows come with it (`bfloat16_product`)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, rows_apart: bool = False):
         super().__init__()
         self.weight = weight.detach()  # the float32 weights, shared: what a reduced copy is cut from
         self.packed = bfloat16_weight(weight)
         self.bias = None if bias is None else bias.detach().bfloat16()
+        self.rows_per_product = BFLOAT16_ROWS if rows_apart else 1 << 30
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-able, as `PackedLinear`'s
-        return bfloat16_product(x, self.packed, self.bias, False).float()
+        return bfloat16_product(x, self.packed, self.bias, False, self.rows_per_product).float()
 
 
 # oneDNN runs a bfloat16 product over up to this many rows with one kernel, whose rows do not

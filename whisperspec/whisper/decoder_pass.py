@@ -267,7 +267,7 @@ class Bfloat16DecoderLayer(DecoderLayer):
         q = self._cross_queries(hidden)
         if together:
             out = F.scaled_dot_product_attention(q, k_cross, v_cross, scale=1.0)
-        else:  # one query of every row at a time: rows of a batch are computed apart anyway
+        else:  # one query of every row at a time: each row of a batch is its own problem to the kernel (tested)
             out = torch.empty_like(q)
             for i in range(q.shape[2]):
                 out[:, :, i:i + 1] = F.scaled_dot_product_attention(q[:, :, i:i + 1], k_cross, v_cross, scale=1.0)

@@ -80,22 +80,19 @@ class KVDecoder:
         bfloat16 too where its products are row-independent here (`Bfloat16DecoderLayer`, and the
         head); otherwise it stays float32."""
         stock = model.model.decoder
-        if (cross_compute_type == "bfloat16" and Bfloat16DecoderLayer.fits(stock)
-                and bfloat16_rows_are_independent()):
-            decoder = packed_copy(stock, unpacked=Bfloat16DecoderLayer.OWN)  # its layers copy those
-            for layer in decoder.layers:
-                attn = layer.encoder_attn
-                attn.k_proj = Bfloat16Linear(attn.k_proj.weight, attn.k_proj.bias)
-                attn.v_proj = Bfloat16Linear(attn.v_proj.weight, attn.v_proj.bias)
-            return cls(decoder, Bfloat16Linear(model.proj_out.weight), bfloat16=True, **kwargs)
-        decoder = packed_decoder(stock)
+        bfloat16 = (cross_compute_type == "bfloat16" and Bfloat16DecoderLayer.fits(stock)
+                    and bfloat16_rows_are_independent())
+        # a bfloat16 decoder's layers copy their weights themselves: none is packed for nothing
+        decoder = packed_copy(stock, unpacked=Bfloat16DecoderLayer.OWN) if bfloat16 else packed_decoder(stock)
         product = {"float32": None, "int8": Int8Linear, "bfloat16": Bfloat16Linear}[cross_compute_type]
         if product:
             for layer in decoder.layers:
                 attn = layer.encoder_attn
                 attn.k_proj = product(attn.k_proj.weight, attn.k_proj.bias)
                 attn.v_proj = product(attn.v_proj.weight, attn.v_proj.bias)
-        return cls(decoder, PackedLinear(model.proj_out.weight), **kwargs)
+        weight = model.proj_out.weight
+        head = Bfloat16Linear(weight, rows_apart=True) if bfloat16 else PackedLinear(weight)
+        return cls(decoder, head, bfloat16=bfloat16, **kwargs)
 
     # ------------------------------------------------------------------ state
     @torch.inference_mode()
