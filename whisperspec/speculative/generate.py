@@ -84,7 +84,7 @@ def generate_batch(target: CachedModel, sequences: Sequence[list[int]], max_new_
     outs = [Generation() for _ in rows]
     limits = [max_new_tokens] * len(rows) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     active = list(range(len(rows)))  # original row index of each row still in the batch
-    if held is not None and isinstance(held, int):
+    if isinstance(held, int):
         held = [held] * len(rows)
     tails = [1] * len(rows) if held is None else [len(row) - h for row, h in zip(rows, held)]  # the first pass feeds
     if min(tails) < 1:

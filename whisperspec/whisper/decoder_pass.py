@@ -191,9 +191,9 @@ class Bfloat16DecoderLayer(DecoderLayer):
     """`DecoderLayer` on bfloat16 (float32 sums, oneDNN), for compute type bfloat16 where such
     products are fast: the fused products of `PackedDecoderLayer` (queries, keys and values in one;
     GELU inside) on weights half the bytes of float32 ones, and attention over bfloat16 caches. A
-    one-token step reads its weights once for one row, at memory speed; a pass over a few tokens
-    costs little more than a step (AMX tiles take the rows together), which makes a verify pass
-    cheap. The residual stream and the norms stay float32.
+    one-token step reads its weights once for one row, at memory speed; the products of a pass over
+    a few tokens cost about a step's (AMX tiles take the rows together), its attention a step's per
+    token (below). The residual stream and the norms stay float32.
 
     Each row's result is the same bits whatever else the pass holds, so a pass verifying k tokens
     gives exactly the logits of k steps, and a batch exactly those of its rows alone: the products
