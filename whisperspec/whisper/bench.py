@@ -14,6 +14,7 @@ End-to-end comparisons with transformers and faster-whisper live in `whisperspec
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--language", default="en")
     parser.add_argument("--flips", action="store_true",
                         help="also count argmax flips between one-token steps and k-token passes (k = 2..8)")
+    parser.add_argument("--target", type=float, default=2.5,
+                        help="a decode-phase speed-up: the time split says what acceptance each drafter "
+                             "would need for it at the costs measured (default 2.5)")
     args = parser.parse_args(argv)
     try:  # every spec checked before anything loads
         entries = [parse_draft_spec(entry) for entry in filter(None, args.drafts.split(","))]
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = entry.drafter
         built[spec] = built.get(spec) or make_drafter(spec, runtime)  # one drafter, several lookaheads
         drafters[str(entry)], lookaheads[str(entry)] = built[spec], entry.lookahead or args.lookahead
-    print_decode_phase(runtime, windows, options, drafters, lookaheads, args.repeats)
+    print_decode_phase(runtime, windows, options, drafters, lookaheads, args.repeats, args.target)
     if args.batch:
         batch_lookaheads = (args.batch_lookahead or args.lookahead).split(",")
         print_batched(runtime, mels, options, {"none": None, **built}, batch_lookaheads, args.batch, args.repeats)
@@ -114,7 +118,8 @@ def print_verify_cost(runtime, window) -> None:
     print("| ms | " + " | ".join(f"{ms:.1f}" for ms in costs.values()) + " |\n")
 
 
-def print_decode_phase(runtime, windows, options, drafters: dict, lookaheads: dict, repeats: int) -> None:
+def print_decode_phase(runtime, windows, options, drafters: dict, lookaheads: dict, repeats: int,
+                       target: float = 2.5) -> None:
     times = {name: [] for name in drafters}
     tokens, stats = {}, {name: [] for name in drafters}
     for repeat in range(repeats + 1):  # the first round warms up and is not counted
@@ -145,17 +150,44 @@ def print_decode_phase(runtime, windows, options, drafters: dict, lookaheads: di
         print(f"| {name.partition('@')[0]} | {lookaheads[name] or '-'} | {total:.2f} | {n_tokens / total:.1f} | "
               f"{sum(plain.values()) / total:.2f}x | {accepted:.1%} | {per_pass:.2f} | {same}/{len(windows)} |")
     print()
-    print_time_split(drafters, lookaheads, times, stats, n_tokens, sum(plain.values()))
+    print_time_split(drafters, lookaheads, times, stats, n_tokens, sum(plain.values()), target)
 
 
-def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict, n_tokens: int, plain: float) -> None:
+def tokens_per_round(acceptance: float, k: float) -> float:
+    """Tokens a round emits on average when k tokens are drafted and each is accepted with
+    probability `acceptance`, independently: the accepted prefix and the target's own token after
+    it (Leviathan et al., 2023, eq. 1)."""
+    if acceptance >= 1:
+        return k + 1
+    return (1 - acceptance ** (k + 1)) / (1 - acceptance)
+
+
+def acceptance_needed(speedup: float, plain: float, fixed: float, n_tokens: int, round_seconds: float,
+                      k: float) -> float | None:
+    """The per-token acceptance at which `n_tokens` decoded in rounds of `round_seconds` each (k
+    draft passes and a verify pass), plus `fixed` seconds, take `plain / speedup`; None where even
+    every drafted token accepted would not get there."""
+    budget = plain / speedup - fixed  # what the rounds may take
+    needed = n_tokens * round_seconds / budget if budget > 0 else math.inf  # tokens a round
+    if needed > k + 1:
+        return None
+    low, high = 0.0, 1.0
+    for _ in range(50):  # tokens_per_round grows with the acceptance
+        middle = (low + high) / 2
+        low, high = (middle, high) if tokens_per_round(middle, k) < needed else (low, middle)
+    return high
+
+
+def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict, n_tokens: int, plain: float,
+                     target: float = 2.5) -> None:
     """Where each drafter's decode time went, and the speed-ups its measured costs allow: with every
     drafted token accepted (the same draft and verify costs per pass), and with drafting free (the
-    same passes). They bound what a better-trained or a cheaper draft of this kind could reach."""
+    same passes). They bound what a better-trained or a cheaper draft of this kind could reach; the
+    last column says what acceptance `target` would take at these costs."""
     print("## Time split (per-pass costs measured in the loop) and what they allow\n")
     print("| drafter | lookahead | draft ms/pass | verify ms/pass | fixed ms/window | "
-          "if all accepted | if drafting were free |")
-    print("|---|---|---|---|---|---|---|")
+          f"if all accepted | if drafting were free | acceptance for {target:g}x |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in drafters:
         s = stats[name]
         repeats = len(s) / max(1, len({i for i, _ in times[name]}))
@@ -168,8 +200,11 @@ def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict,
         ideal = fixed + n_tokens / (k + 1) * (check + k * step)
         free = fixed + verify
         step_ms = f"{step * 1e3:.2f}" if passes else "-"
+        needed = acceptance_needed(target, plain, fixed, n_tokens, check + k * step, k) if k else None
+        needed_text = "-" if not k else "out of reach" if needed is None else f"{needed:.0%}"
         print(f"| {name.partition('@')[0]} | {lookaheads[name] or '-'} | {step_ms} | {check * 1e3:.2f} | "
-              f"{fixed * 1e3 / (len(times[name]) / repeats):.1f} | {plain / ideal:.2f}x | {plain / free:.2f}x |")
+              f"{fixed * 1e3 / (len(times[name]) / repeats):.1f} | {plain / ideal:.2f}x | {plain / free:.2f}x | "
+              f"{needed_text} |")
     print()
 
 
