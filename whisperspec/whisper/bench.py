@@ -197,10 +197,11 @@ def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict,
         fixed = total - draft - verify  # per window: cross-attention keys/values, prefix, text checks
         step, check = draft / max(passes, 1), verify / max(rounds, 1)
         k = sum(x.proposed for x in s) / max(1, sum(x.rounds for x in s))  # tokens drafted per round
-        ideal = fixed + n_tokens / (k + 1) * (check + k * step)
+        round_seconds = check + k * step  # k draft passes and a verify pass
+        ideal = fixed + n_tokens / tokens_per_round(1.0, k) * round_seconds
         free = fixed + verify
         step_ms = f"{step * 1e3:.2f}" if passes else "-"
-        needed = acceptance_needed(target, plain, fixed, n_tokens, check + k * step, k) if k else None
+        needed = acceptance_needed(target, plain, fixed, n_tokens, round_seconds, k) if k else None
         needed_text = "-" if not k else "out of reach" if needed is None else f"{needed:.0%}"
         print(f"| {name.partition('@')[0]} | {lookaheads[name] or '-'} | {step_ms} | {check * 1e3:.2f} | "
               f"{fixed * 1e3 / (len(times[name]) / repeats):.1f} | {plain / ideal:.2f}x | {plain / free:.2f}x | "
