@@ -31,6 +31,7 @@ from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
+from whisperspec.whisper.model import COMPUTE_TYPES
 from whisperspec.whisper.rules import WhisperLogitFilter
 
 
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="whisperspec bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=defaults.MODEL)
+    parser.add_argument("--compute-type", choices=COMPUTE_TYPES, default=defaults.COMPUTE_TYPE,
+                        help="as `whisperspec transcribe`'s (bfloat16 also runs the decoder on bfloat16 where it can)")
     parser.add_argument("--audio", nargs="*", type=Path,
                         help="audio files (default: the six bundled clips, whisperspec/assets/clips)")
     parser.add_argument("--drafts", default="auto,trained,int8,early-exit,ngram",
@@ -65,12 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"whisperspec bench: {error}", file=sys.stderr)
         return 2
 
-    runtime = Transcriber(args.model, draft="none").runtime  # each drafter is built below
+    runtime = Transcriber(args.model, compute_type=args.compute_type, draft="none").runtime  # drafters: below
     paths = args.audio or bench_clips()
     mels = [log_mel_spectrogram(load_audio(p), runtime.n_mels, padding=N_SAMPLES)[None, :, :N_FRAMES] for p in paths]
     windows = [runtime.encode(m) for m in mels]
     options = DecodeOptions(language=args.language, temperatures=(0.0,))
-    print(f"# whisperspec bench: model {args.model}, {len(paths)} clips, {torch.get_num_threads()} threads\n")
+    print(f"# whisperspec bench: model {args.model}, compute type {runtime.compute_type} (decoder "
+          f"{'bfloat16' if runtime.decoder.bfloat16 else 'float32'}), {len(paths)} clips, "
+          f"{torch.get_num_threads()} threads\n")
     print_verify_cost(runtime, windows[0])
     if args.flips:
         print_flips(runtime, windows, options)
