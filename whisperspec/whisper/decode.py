@@ -3,7 +3,7 @@
 The token loop itself is the generic one in `whisperspec.speculative.generate`; this module only
 supplies what is Whisper's: the prefix, the logit filter, the no-speech probability, and the
 openai-whisper fallback (retry at a higher temperature when the text is too repetitive or too
-unlikely).
+unlikely; when every temperature fails, faster-whisper's choice of the likeliest try).
 """
 
 from __future__ import annotations
@@ -211,9 +211,11 @@ class WindowDecoder:
         for row, result in enumerate(results):
             if higher and self._needs_fallback(result, options):
                 retry = replace(options, temperatures=tuple(higher), language=result.language)
-                results[row] = self.decode_batch(_row(window, row), retry, [prompts[row]])[0]
-                results[row].stats.merge(result.stats)
-                results[row].language_probability = result.language_probability
+                later = self.decode_batch(_row(window, row), retry, [prompts[row]])[0]
+                later.stats.merge(result.stats)
+                later.language_probability = result.language_probability
+                results[row] = (later if not self._needs_fallback(later, options)
+                                else _kept_when_all_fail(result, later, options.compression_ratio_threshold))
         return results
 
     def _generate(self, window: EncodedWindow, prefixes: list[list[int]], filters: list, max_new: list[int],
@@ -280,6 +282,21 @@ class WindowDecoder:
         if options.compression_ratio_threshold is not None and result.compression_ratio > options.compression_ratio_threshold:
             return True
         return options.logprob_threshold is not None and result.avg_logprob < options.logprob_threshold
+
+
+def _kept_when_all_fail(first: WindowResult, later: WindowResult, ratio_threshold: float | None) -> WindowResult:
+    """`first` and `later` (the one kept of the temperatures after `first`'s) both failed the
+    fallback checks: faster-whisper's choice rather than openai-whisper's last sample, whose
+    temperature makes it the likeliest to be invented text. Kept: the likelier on average (earlier
+    on a tie) of those not too repetitive, or of both. It carries the work of both, and reports the
+    last temperature tried, as faster-whisper does: long-form then drops the previous text as after
+    any window decoded that hot."""
+    def key(result: WindowResult) -> tuple[bool, float]:
+        return ratio_threshold is None or result.compression_ratio <= ratio_threshold, result.avg_logprob
+
+    if key(later) > key(first):
+        return later
+    return replace(first, temperature=later.temperature, stats=later.stats)
 
 
 def _row(window: EncodedWindow, row: int) -> EncodedWindow:
