@@ -209,10 +209,7 @@ def test_on_real_speech_each_batched_transcript_is_the_one_file_transcript(tmp_p
     sf.write(long, np.concatenate([x for piece in pieces for x in (piece, pause)]), 16000)
     paths = [CLIPS / f"{clip}.flac" for clip in ("tt-weasels", "agent-newlocation", "privacy-prompt",
                                                   "ss-noservice")] + [long]
-    from tiny_models import auto_that_drafts
-
     transcriber = Transcriber("base", draft="auto")
-    transcriber.drafter = auto_that_drafts(transcriber.runtime)  # drafting, whatever the compute type
     alone = {str(p): transcriber.transcribe(p) for p in paths}
     assert len(alone[str(long)].segments) > 3 and alone[str(long)].stats["windows"] == 2
     batched = {r.source.audio: r.transcription for r in transcriber.transcribe_many(paths, batch_size=3)}

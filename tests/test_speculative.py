@@ -191,8 +191,9 @@ def test_the_fused_decoder_layer_is_the_plain_one_bit_for_bit():
     runtime = tiny_runtime(6, dtype=torch.float32)
     fused = runtime.decoder
     assert all(type(layer) is PackedDecoderLayer for layer in fused.layer_passes)
-    plain = KVDecoder(packed_copy(runtime.model.model.decoder), fused.head)
-    plain.layer_passes = [DecoderLayer(layer, plain.n_heads, plain.head_dim, plain.scaling) for layer in plain.layers]
+    plain = KVDecoder(packed_copy(runtime.model.model.decoder, rows=fused.products), fused.head, rows_apart=True)
+    plain.layer_passes = [DecoderLayer(layer, plain.n_heads, plain.head_dim, plain.scaling, plain.products,
+                                       plain.attention) for layer in plain.layers]
     hidden = runtime.encode(random_mel(6, batch=2, dtype=torch.float32)).hidden
     runs = []
     for decoder in (plain, fused):

@@ -30,15 +30,12 @@ def base():
 
 
 def with_drafter(plain: Transcriber, draft: str, lookahead: str) -> Transcriber:
-    """`plain` with a drafter: the same loaded model and options, no second load; "auto": its
-    candidates, even beside a bfloat16 decoder (`auto_that_drafts`)."""
+    """`plain` with a drafter: the same loaded model and options, no second load."""
     from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
-
-    from tiny_models import auto_that_drafts
 
     speculative = Transcriber.__new__(Transcriber)
     speculative.__dict__.update(plain.__dict__)
-    drafter = auto_that_drafts(plain.runtime) if draft == "auto" else make_drafter(draft, plain.runtime)
+    drafter = make_drafter(draft, plain.runtime)
     speculative.drafter, speculative.draft = drafter, parse_draft_spec(draft, lookahead)
     return speculative
 
@@ -112,12 +109,7 @@ def test_auto_chooses_among_the_drafters_the_model_has(base):
     from tiny_models import tiny_runtime
     from whisperspec.whisper.drafters import make_drafter
 
-    from whisperspec.speculative.drafters.select import SelectingDrafter
-    from whisperspec.whisper.drafters.auto import auto_candidates
-
-    # beside a bfloat16 decoder `auto` has none of its candidates (`auto_drafter`)
-    assert (make_drafter("auto", base.runtime) is None) == base.runtime.decoder.bfloat16
-    auto = SelectingDrafter(auto_candidates(base.runtime))
+    auto = make_drafter("auto", base.runtime)
     # the English draft, the multilingual one, base in int8, prompt lookup; built when first chosen
     assert set(auto.candidates) == {"trained", "trained:base-draft-multilingual", "int8", "ngram"} and not auto.built
     trained, multilingual = auto.candidates["trained"], auto.candidates["trained:base-draft-multilingual"]

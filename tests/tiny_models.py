@@ -41,20 +41,12 @@ def tiny_whisper(seed: int, vocabulary: str = "tiny.en", dtype=torch.float64, **
 
 
 def tiny_runtime(seed: int, vocabulary: str = "tiny.en", compute_type: str = "float32",
-                 **config) -> WhisperRuntime:
+                 decoder_compute_type: str | None = None, **config) -> WhisperRuntime:
     tokenizer, generation_config, _ = real_vocabulary(vocabulary)
-    return WhisperRuntime(tiny_whisper(seed, vocabulary, **config), tokenizer, generation_config, compute_type)
+    return WhisperRuntime(tiny_whisper(seed, vocabulary, **config), tokenizer, generation_config, compute_type,
+                          decoder_compute_type)
 
 
 def random_mel(seed: int, batch: int = 1, dtype=torch.float64) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(batch, 80, 3000, generator=generator, dtype=dtype)
-
-
-def auto_that_drafts(runtime):
-    """`auto`'s candidates and choice whatever the main decoder: beside a bfloat16 one `auto`
-    itself has none (`auto_drafter`), yet drafting must stay exact there too."""
-    from whisperspec.speculative.drafters.select import SelectingDrafter
-    from whisperspec.whisper.drafters.auto import auto_candidates
-
-    return SelectingDrafter(auto_candidates(runtime))

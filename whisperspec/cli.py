@@ -142,7 +142,8 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--model", default=defaults.MODEL, help="base, tiny.en, a faster-whisper/transformers dir or hub id")
     p.add_argument("--compute-type", choices=("auto", "float32", "bfloat16", "int8"), default=defaults.COMPUTE_TYPE,
                    help="how the encoder runs, as faster-whisper's: auto (default) is bfloat16 on processors "
-                        "with AMX or AMD's AVX-512 BF16, float32 elsewhere; speculation stays exact for any")
+                        "with AMX or AMD's AVX-512 BF16 (the decoder too with AMX), float32 elsewhere; "
+                        "speculation and batching stay exact for any")
     p.add_argument("--language", default=None, help="language code or name (default: detect)")
     p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
     p.add_argument("--timestamps", action="store_true", help="decode timestamps (segments with times)")

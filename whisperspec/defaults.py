@@ -5,7 +5,8 @@ MODEL = "base"
 # How the per-window work (encoder, cross-attention projections) runs: "auto" is bfloat16 on
 # processors with AMX or AMD's AVX-512 BF16 (3x and 1.8x float32's encoder speed there; WER
 # float32's or lower on every evaluation set), float32 elsewhere
-# (`whisperspec.whisper.model.resolve_compute_type`)
+# (`whisperspec.whisper.model.resolve_compute_type`); the decoder's per-token work is bfloat16 with
+# AMX only, where it is the faster (`resolve_decoder_compute_type`)
 COMPUTE_TYPE = "auto"
 # The fastest drafter for the audio at hand, chosen as decoding goes (`none`, plain greedy decoding,
 # is the reference every drafter must equal, token for token)

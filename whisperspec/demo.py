@@ -329,7 +329,7 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
                 compute_type = gr.Radio(list(COMPUTE_TYPES), value=defaults.COMPUTE_TYPE, label="Compute type",
                                         info="auto: bfloat16 on processors with AMX or AMD's AVX-512 BF16, "
                                              "else float32; bfloat16 and int8 run the encoder faster, slightly "
-                                             "differently (drafting stays exact)")
+                                             "differently (drafting stays exact whatever the type)")
                 with gr.Row():
                     language = gr.Textbox("", label="Language", placeholder="detect")
                     task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")

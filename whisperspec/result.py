@@ -64,9 +64,10 @@ class Transcription:
         stats = self.stats
         decode_s, tokens = stats.get("decoder_ms", 0) / 1e3, stats.get("tokens", 0)
         compute_type = f" ({stats['compute_type']})" if "compute_type" in stats else ""
+        decoder_type = f" ({stats['decoder_compute_type']})" if "decoder_compute_type" in stats else ""
         return [("audio", f"{self.duration:.2f} s"), ("features", f"{stats.get('features_ms', 0):.0f} ms"),
                 ("encoder", f"{stats.get('encoder_ms', 0):.0f} ms{compute_type}"),
-                ("decoder", f"{stats.get('decoder_ms', 0):.0f} ms"),
+                ("decoder", f"{stats.get('decoder_ms', 0):.0f} ms{decoder_type}"),
                 ("tokens", str(tokens)), ("tokens/s", f"{tokens / decode_s:.1f}" if decode_s else "-"),
                 *([("beam", f"{stats['beam_size']} (not drafted)")] if "beam_size" in stats else []),
                 *([("VAD", f"{stats['vad']['speech_s']:.1f} s of speech kept, {stats['vad']['ms']:.0f} ms")]

@@ -194,7 +194,8 @@ class Transcriber:
         if "language" in overrides:
             overrides["language"] = options.language_code(overrides["language"])
         decode_options = replace(self.options, **overrides)
-        timings = {"load_ms": self.load_seconds * 1e3, "compute_type": self.runtime.compute_type}
+        timings = {"load_ms": self.load_seconds * 1e3, "compute_type": self.runtime.compute_type,
+                   "decoder_compute_type": self.runtime.decoder_compute_type}
         source = None if isinstance(audio, (np.ndarray, torch.Tensor)) else str(audio)
 
         started = time.perf_counter()

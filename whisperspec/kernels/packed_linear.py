@@ -19,16 +19,17 @@ more).
 from __future__ import annotations
 
 import copy
-import functools
 import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from whisperspec.kernels.exact_rows import ANY_ROWS, RowBlock, rows_product
+
 # oneDNN's blocking hint (the batch size it expects): any small batch suits every row count we
 # run; 1 would slow the encoder's 1500-row products
-_ROWS_HINT = 4
+ROWS_HINT = 4
 
 
 class PackedLinear(nn.Module):
@@ -39,18 +40,20 @@ class PackedLinear(nn.Module):
     float64 exact tests, a torch without the op) runs `F.linear` as well.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, pack: bool = True):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, pack: bool = True,
+                 rows: RowBlock = ANY_ROWS):
         super().__init__()
         self.weight = weight.detach()  # shared with the model, not copied
         self.bias = None if bias is None else bias.detach()
         self.packed = packed_weight(self.weight) if pack else None
+        # a main decoder's head gives each row its own bits (`whisperspec.kernels.exact_rows`)
+        self.fewest_rows, self.most_rows = rows.smallest, rows.largest
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-able (`whisperspec.whisper.decoder_pass`)
         packed = self.packed
         if packed is None or x.dtype != torch.float32 or torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        # `onednn_linear`'s plain case, written out: TorchScript takes no keyword-only arguments
-        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+        return rows_product(x, packed, self.bias, "none", "", self.fewest_rows, self.most_rows)
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, gelu: bool = False,
@@ -85,7 +88,7 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor | None:
             or not torch.backends.mkldnn.is_available()):
         return None
     try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
+        return torch.ops.mkldnn._reorder_linear_weight(weight, ROWS_HINT)
     except (AttributeError, RuntimeError):  # a torch build without these ops
         return None
 
@@ -100,70 +103,22 @@ def bfloat16_weight(weight: torch.Tensor) -> torch.Tensor:
 class Bfloat16Linear(nn.Module):
     """y = x @ weight.T + bias as one bfloat16 product (float32 sums: ~3x float32's speed on AMX
     tiles, ~1.8x on AMD's AVX-512 BF16), from and to float32: for the products whose input is a
-    window's 1500 frames (compute type bfloat16), and for a bfloat16 decoder's head, which with
-    `rows_apart` gives each row the same bits whatever rows come with it (`bfloat16_product`)."""
+    window's 1500 frames (compute type bfloat16's cross-attention keys and values)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, rows_apart: bool = False):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
         self.weight = weight.detach()  # the float32 weights, shared: what a reduced copy is cut from
         self.packed = bfloat16_weight(weight)
         self.bias = None if bias is None else bias.detach().bfloat16()
-        self.rows_per_product = BFLOAT16_ROWS if rows_apart else 1 << 30
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-able, as `PackedLinear`'s
-        return bfloat16_product(x, self.packed, self.bias, False, self.rows_per_product).float()
+        return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), self.packed, self.bias, "none", [],
+                                                  "").float()
 
 
-# oneDNN runs a bfloat16 product over up to this many rows with one kernel, whose rows do not
-# depend on one another; more rows take another (`bfloat16_rows_are_independent`)
-BFLOAT16_ROWS = 32
-
-
-def bfloat16_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gelu: bool,
-                     rows_per_product: int = BFLOAT16_ROWS) -> torch.Tensor:
-    """x @ weight.T + bias (then the exact GELU if `gelu`) in bfloat16 with float32 sums, `weight`
-    packed (`bfloat16_weight`): each row the same bits whatever other rows `x` holds, since the
-    rows go to oneDNN `BFLOAT16_ROWS` at a time. TorchScript-able."""
-    x = x.to(torch.bfloat16)
-    attr, algorithm = "none", ""
-    if gelu:
-        attr, algorithm = "gelu", "none"  # "none": the exact (erf) GELU, Whisper's
-    rows = x.reshape(-1, x.shape[-1])
-    if rows.shape[0] <= rows_per_product:
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
-    parts = [torch.ops.mkldnn._linear_pointwise(part, weight, bias, attr, [], algorithm)
-             for part in rows.split(rows_per_product)]
-    return torch.cat(parts).reshape(x.shape[:-1] + (parts[0].shape[-1],))
-
-
-@functools.cache
-def bfloat16_rows_are_independent() -> bool:
-    """Whether oneDNN's bfloat16 products give each row of their input the same bits whatever rows
-    come with it, up to `BFLOAT16_ROWS` rows a product (with GELU inside or not), as a bfloat16
-    decoder needs for a pass over k tokens to equal k one-token steps (`Bfloat16DecoderLayer`).
-    float32's do not: a single row runs another kernel than several, in another summation order;
-    so do bfloat16's past 32 rows or so."""
-    if not ONEDNN_AVAILABLE:
-        return False
-    generator = torch.Generator().manual_seed(0)
-    try:
-        for rows_out, rows_in in ((192, 64), (64, 256), (1000, 64)):
-            weight = bfloat16_weight(torch.randn(rows_out, rows_in, generator=generator))
-            bias = torch.randn(rows_out, generator=generator).bfloat16()
-            x = torch.randn(BFLOAT16_ROWS + 5, rows_in, generator=generator).bfloat16()
-            for gelu in (False, True):
-                alone = torch.cat([bfloat16_product(row[None], weight, bias, gelu) for row in x])
-                for first, last in ((3, 4), (0, 2), (2, 7), (1, 17), (0, BFLOAT16_ROWS), (2, BFLOAT16_ROWS + 5)):
-                    if not torch.equal(bfloat16_product(x[first:last], weight, bias, gelu), alone[first:last]):
-                        return False
-    except (AttributeError, RuntimeError):  # a torch build without these ops
-        return False
-    return True
-
-
-def packed_copy(module: nn.Module, unpacked: tuple[str, ...] = ()) -> nn.Module:
-    """A copy of `module` whose float `nn.Linear`s are `PackedLinear`s; every parameter and buffer
-    is shared with `module` (only the module objects and the packed weights are new).
+def packed_copy(module: nn.Module, unpacked: tuple[str, ...] = (), rows: RowBlock = ANY_ROWS) -> nn.Module:
+    """A copy of `module` whose float `nn.Linear`s are `PackedLinear`s (over `rows`); every parameter
+    and buffer is shared with `module` (only the module objects and the packed weights are new).
 
     `unpacked`: names (their last parts, e.g. "self_attn.q_proj") of linears whose products a
     caller makes itself from their weights (`whisperspec.whisper.decoder_pass.PackedDecoderLayer`
@@ -179,7 +134,7 @@ def packed_copy(module: nn.Module, unpacked: tuple[str, ...] = ()) -> nn.Module:
         for name, child in parent.named_children():
             if type(child) is nn.Linear:  # exactly: quantised and other subclasses keep their own forward
                 pack = not f"{path}.{name}".endswith(skipped)
-                setattr(parent, name, PackedLinear(child.weight, child.bias, pack=pack))
+                setattr(parent, name, PackedLinear(child.weight, child.bias, pack=pack, rows=rows))
     return clone
 
 

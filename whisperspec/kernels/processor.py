@@ -14,9 +14,18 @@ import torch
 
 def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """"GenuineIntel", "AuthenticAMD", ... or "" where the system does not say."""
+    return _cpuinfo_field(cpuinfo, "vendor_id")
+
+
+def processor_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's model name ("AMD EPYC 9R14", ...), or its vendor, or "unknown"."""
+    return _cpuinfo_field(cpuinfo, "model name") or cpu_vendor(cpuinfo) or "unknown"
+
+
+def _cpuinfo_field(cpuinfo: Path, field: str) -> str:
     try:
         for line in cpuinfo.read_text().splitlines():
-            if line.startswith("vendor_id"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
@@ -34,5 +43,18 @@ def bfloat16_is_fast() -> bool:
         if torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx():
             return True
         return bool(torch.cpu._is_avx512_bf16_supported()) and cpu_vendor() == "AuthenticAMD"
+    except (AttributeError, RuntimeError):  # a torch without these probes
+        return False
+
+
+@functools.cache
+def bfloat16_decoder_pays() -> bool:
+    """Whether a decoder's per-token work runs faster on bfloat16 than on float32 here: with AMX
+    tiles, which take a verify pass's few rows together at a one-token step's cost. Not with AMD's
+    AVX-512 BF16, where a bfloat16 step and verify pass were measured slower than float32's
+    (docs/BENCHMARKS.md): there compute type bfloat16 is the encoder's and the window's
+    cross-attention projections', and the decoder stays float32."""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())
     except (AttributeError, RuntimeError):  # a torch without these probes
         return False

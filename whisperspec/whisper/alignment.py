@@ -25,7 +25,6 @@ import torch
 
 from whisperspec import defaults
 from whisperspec.result import Segment, Word
-from whisperspec.whisper.decoder_pass import attention_mask
 from whisperspec.whisper.tokens import TIME_PRECISION
 
 MEDIAN_FILTER_WIDTH = 7  # frames; openai-whisper's and faster-whisper's
@@ -77,7 +76,7 @@ def attention_to_audio(decoder, hidden: torch.Tensor, tokens: list[int],
     ids = torch.tensor([tokens])
     positions = torch.arange(len(tokens))[None]
     states = decoder.embed_tokens[ids] + decoder.embed_positions[positions]
-    mask = attention_mask(positions)
+    mask = decoder.mask(positions)
     scores = {}
     for index, layer in enumerate(decoder.layer_passes):
         k_cross, v_cross = decoder.cross_kv[index]

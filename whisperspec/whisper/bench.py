@@ -31,7 +31,8 @@ from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
-from whisperspec.whisper.model import COMPUTE_TYPES
+from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast, processor_name
+from whisperspec.whisper.model import COMPUTE_TYPES, WhisperRuntime
 from whisperspec.whisper.rules import WhisperLogitFilter
 
 
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=defaults.MODEL)
     parser.add_argument("--compute-type", choices=COMPUTE_TYPES, default=defaults.COMPUTE_TYPE,
-                        help="as `whisperspec transcribe`'s (bfloat16 also runs the decoder on bfloat16 where it can)")
+                        help="as `whisperspec transcribe`'s (bfloat16 also runs the decoder on bfloat16 where "
+                             "that is the faster)")
+    parser.add_argument("--decoder-compute-type", choices=("float32", "bfloat16"), default=None,
+                        help="the decoder's per-token work, whatever the processor would choose (default: as "
+                             "--compute-type resolves here): to measure the choice")
     parser.add_argument("--audio", nargs="*", type=Path,
                         help="audio files (default: the six bundled clips, whisperspec/assets/clips)")
     parser.add_argument("--drafts", default="auto,trained,int8,early-exit,ngram",
@@ -68,14 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"whisperspec bench: {error}", file=sys.stderr)
         return 2
 
-    runtime = Transcriber(args.model, compute_type=args.compute_type, draft="none").runtime  # drafters: below
+    transcriber = Transcriber(args.model, compute_type=args.compute_type, draft="none")  # drafters: below
+    runtime = transcriber.runtime
+    if args.decoder_compute_type and args.decoder_compute_type != runtime.decoder_compute_type:
+        runtime = WhisperRuntime.from_bundle(transcriber.bundle, runtime.compute_type, args.decoder_compute_type)
     paths = args.audio or bench_clips()
     mels = [log_mel_spectrogram(load_audio(p), runtime.n_mels, padding=N_SAMPLES)[None, :, :N_FRAMES] for p in paths]
     windows = [runtime.encode(m) for m in mels]
     options = DecodeOptions(language=args.language, temperatures=(0.0,))
     print(f"# whisperspec bench: model {args.model}, compute type {runtime.compute_type} (decoder "
-          f"{'bfloat16' if runtime.decoder.bfloat16 else 'float32'}), {len(paths)} clips, "
-          f"{torch.get_num_threads()} threads\n")
+          f"{runtime.decoder_compute_type}), {len(paths)} clips, {torch.get_num_threads()} threads\n")
+    print(host_description(runtime) + "\n")
     print_verify_cost(runtime, windows[0])
     if args.flips:
         print_flips(runtime, windows, options)
@@ -101,9 +109,22 @@ def median_ms(run, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def verify_costs(runtime, window, widths=range(1, 10), repeats: int = 15) -> dict[int, float]:
-    """Median ms of one main decoder pass over n new tokens after 20 cached ones, for each n in `widths`."""
+def host_description(runtime) -> str:
+    """The processor and the kernels the main decoder runs on it (`whisperspec.kernels.exact_rows`)."""
     decoder = runtime.decoder
+    features = ", ".join(name for name, present in (("bfloat16 fast", bfloat16_is_fast()),
+                                                   ("AMX tiles", bfloat16_decoder_pays())) if present) or "float32 only"
+    return (f"processor: {processor_name()} ({features}); main decoder rows kept apart in blocks of "
+            f"{decoder.products.smallest}-{decoder.products.largest} rows a product (oneDNN), "
+            f"{decoder.attention.smallest}-{decoder.attention.largest} queries an attention call "
+            f"(torch's fused kernel), over {decoder.max_length} cached positions")
+
+
+def verify_costs(runtime, window, widths=range(1, 10), repeats: int = 15) -> dict[int, float]:
+    """Median ms of one main decoder pass over n new tokens after 20 cached ones, for each n in
+    `widths`, the one-row pass compiled as the loop runs it on any input of some length."""
+    decoder = runtime.decoder
+    compile_after, decoder.compile_after = decoder.compile_after, 0
     decoder.start(window.hidden)
     decoder.forward(torch.full((1, 20), runtime.special.sot))
     tokens = torch.full((1, max(widths)), 440)
@@ -112,15 +133,19 @@ def verify_costs(runtime, window, widths=range(1, 10), repeats: int = 15) -> dic
         decoder.forward(tokens[:, :n])
         decoder.rollback(20)
 
-    return {n: median_ms(lambda: run(n), repeats) for n in widths}
+    run(1)  # compiles
+    costs = {n: median_ms(lambda: run(n), repeats) for n in widths}
+    decoder.compile_after = compile_after
+    return costs
 
 
 def print_verify_cost(runtime, window) -> None:
     costs = verify_costs(runtime, window)
-    print("## Verify cost: one decoder pass over n new tokens\n")
+    print("## Verify cost: one decoder pass over n new tokens (full head)\n")
     print("| n | " + " | ".join(str(n) for n in costs) + " |")
     print("|---|" + "---|" * len(costs))
-    print("| ms | " + " | ".join(f"{ms:.1f}" for ms in costs.values()) + " |\n")
+    print("| ms | " + " | ".join(f"{ms:.1f}" for ms in costs.values()) + " |")
+    print("| / step | " + " | ".join(f"{ms / costs[1]:.2f}" for ms in costs.values()) + " |\n")
 
 
 def print_decode_phase(runtime, windows, options, drafters: dict, lookaheads: dict, repeats: int,
@@ -190,9 +215,10 @@ def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict,
     same passes). They bound what a better-trained or a cheaper draft of this kind could reach; the
     last column says what acceptance `target` would take at these costs."""
     print("## Time split (per-pass costs measured in the loop) and what they allow\n")
-    print("| drafter | lookahead | draft ms/pass | verify ms/pass | fixed ms/window | "
+    print("| drafter | lookahead | draft ms/pass | verify ms/pass | verify / plain step | fixed ms/window | "
           f"if all accepted | if drafting were free | acceptance for {target:g}x |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
+    plain_step = None
     for name in drafters:
         s = stats[name]
         repeats = len(s) / max(1, len({i for i, _ in times[name]}))
@@ -208,9 +234,10 @@ def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict,
         step_ms = f"{step * 1e3:.2f}" if passes else "-"
         needed = acceptance_needed(target, plain, fixed, n_tokens, round_seconds, k) if k else None
         needed_text = "-" if not k else "out of reach" if needed is None else f"{needed:.0%}"
+        plain_step = plain_step or check  # "none" comes first: its passes are the plain steps
         print(f"| {name.partition('@')[0]} | {lookaheads[name] or '-'} | {step_ms} | {check * 1e3:.2f} | "
-              f"{fixed * 1e3 / (len(times[name]) / repeats):.1f} | {plain / ideal:.2f}x | {plain / free:.2f}x | "
-              f"{needed_text} |")
+              f"{check / plain_step:.2f} | {fixed * 1e3 / (len(times[name]) / repeats):.1f} | {plain / ideal:.2f}x | "
+              f"{plain / free:.2f}x | {needed_text} |")
     print()
 
 

@@ -222,8 +222,7 @@ class WindowDecoder:
                   temperature: float, options: DecodeOptions, seed: int, on_prefill=None,
                   restart: bool = False) -> list:
         """One generation of every row from its prefix. The prefix is read by the loop's first pass,
-        with the first draft (`held=0`), not by a pass of its own: one decoder pass fewer per window
-        (a bfloat16 decoder reads the previous text apart, and the rest so).
+        with the first draft (`held=0`), not by a pass of its own: one decoder pass fewer per window.
         `restart`: the decoder and drafter start the window again (a previous generation has
         finished rows and dropped them)."""
         runtime = self.runtime
@@ -232,10 +231,6 @@ class WindowDecoder:
             if self.drafter:
                 self.drafter.start_window(window)
         runtime.decoder.rollback(0)
-        held = 0
-        if runtime.decoder.bfloat16:  # the previous text in passes of its own (`KVDecoder.read_prompt`)
-            held = [p.index(runtime.special.sot) for p in prefixes]
-            runtime.decoder.read_prompt([p[:h] for p, h in zip(prefixes, held)])
         target = runtime.decoder
         if self._screens(temperature, len(prefixes)):
             target = ScreenedDecoder(runtime.decoder, runtime.screened_head, filters[0])
@@ -243,7 +238,7 @@ class WindowDecoder:
                               lookahead=self.lookahead, logit_filters=filters, temperature=temperature,
                               generator=torch.Generator().manual_seed(seed),
                               noise=sampling_noise(options.sampling, seed, runtime.vocab_size),
-                              held=held, on_prefill=on_prefill, interrupt=options.interrupt,
+                              held=0, on_prefill=on_prefill, interrupt=options.interrupt,
                               stop=self._runaway_stop(options),
                               # from <|startoftranscript|> on: the previous text's logits go unread
                               prefill_logits=max(len(p) - p.index(runtime.special.sot) for p in prefixes))

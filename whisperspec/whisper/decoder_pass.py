@@ -4,8 +4,12 @@
 of `KVDecoder` runs it, for any batch (ragged rows write their cache entries at their own positions
 and see only their own keys through the mask). `PackedDecoderLayer` is the same layer in fewer
 oneDNN products, what a float32 decoder runs (`packed_decoder`); `Bfloat16DecoderLayer` the same
-products on bfloat16, what compute type bfloat16 runs. `SingleRowPass` is a pass for a batch of
-one row, embeddings to logits, which `KVDecoder` runs compiled with TorchScript.
+products on bfloat16. `SingleRowPass` is a pass for a batch of one row, embeddings to logits,
+which `KVDecoder` runs compiled with TorchScript.
+
+A main decoder's layers keep rows apart (`whisperspec.kernels.exact_rows`): each token's logits are
+the same bits in a one-token step, in a pass verifying drafted tokens and beside other files' rows,
+which is what makes drafting and batching change no token. A draft's layers need not.
 
 Decoding one window runs one row, and each of its passes is a few dozen small ops. In eager mode
 the Python between them costs as much as the kernels of a distilled draft's step, and a good share
@@ -27,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from whisperspec.kernels.packed_linear import (ONEDNN_AVAILABLE, PackedLinear, bfloat16_product, bfloat16_weight,
-                                                packed_copy, packed_weight)
+from whisperspec.kernels.exact_rows import (ANY_ROWS, RowBlock, rows_attention, rows_cache_attention, rows_product,
+                                             rows_product_add)
+from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, PackedLinear, bfloat16_weight, packed_copy, packed_weight
 
 
 def split_heads(x: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:  # [b, n, d] -> [b, h, n, dh]
@@ -39,13 +44,15 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:  # [b, h, n, dh] -> [b, n, d]
     return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], -1)
 
 
-def attention_mask(positions: torch.Tensor) -> torch.Tensor | None:
-    """Query i of row b may see keys 0..positions[b, i]: causal, and blind to other rows' padding.
-    None for one token of one row: every cached key is visible."""
-    if positions.shape[0] == 1 and positions.shape[1] == 1:
-        return None
-    keys = torch.arange(int(positions.max()) + 1)
-    return (keys[None, None, :] <= positions[:, :, None])[:, None]  # [b, 1, n, keys]
+def attention_mask(positions: torch.Tensor, keys: int = 0) -> torch.Tensor | None:
+    """Query i of row b may see keys 0..positions[b, i]: causal, and blind to other rows' padding;
+    over `keys` cache positions (0: those up to the last position, and None for one token of one
+    row, which sees every key there)."""
+    if keys == 0:
+        if positions.shape[0] == 1 and positions.shape[1] == 1:
+            return None
+        keys = int(positions.max()) + 1
+    return (torch.arange(keys)[None, None, :] <= positions[:, :, None])[:, None]  # [b, 1, n, keys]
 
 
 def is_exact_gelu(activation: nn.Module) -> bool:
@@ -58,9 +65,17 @@ def is_exact_gelu(activation: nn.Module) -> bool:
 class DecoderLayer(nn.Module):
     """A transformers `WhisperDecoderLayer`'s weights (shared, not copied) run over our cache:
     `hidden` [batch, n, d] at `positions` [batch, n]; `mask` [batch, 1, n, keys] or None when every
-    cached key is visible. Writes this layer's keys and values of the new tokens into the caches."""
+    cached key is visible. Writes this layer's keys and values of the new tokens into the caches.
 
-    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float):
+    `attention` other than ANY_ROWS (a main decoder's layers, `rows_apart`): the attention gives
+    each query its own bits whatever else the pass holds (`whisperspec.kernels.exact_rows`: queries
+    in blocks of `attention`, each over the cache up to the end of its block of positions; `mask`
+    then covers the cache's capacity); the fused subclasses' products too, in blocks of `products`.
+    The plain layer's own products are its linears' (a float64 reference's: the tests' tiny models).
+    Otherwise (a draft's layers) every call takes the rows it is given."""
+
+    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float,
+                 products: RowBlock = ANY_ROWS, attention: RowBlock = ANY_ROWS):
         super().__init__()
         if not is_exact_gelu(layer.activation_fn):
             raise ValueError(f"a Whisper decoder layer uses GELU, not {layer.activation_fn}")
@@ -70,6 +85,9 @@ class DecoderLayer(nn.Module):
         self.cross_norm, self.cross_q, self.cross_out = layer.encoder_attn_layer_norm, cross.q_proj, cross.out_proj
         self.ffn_norm, self.fc1, self.fc2 = layer.final_layer_norm, layer.fc1, layer.fc2
         self.n_heads, self.head_dim, self.scaling = n_heads, head_dim, scaling
+        self.rows_apart = attention != ANY_ROWS
+        self.product_rows, self.most_product_rows = products.smallest, products.largest
+        self.query_rows, self.most_query_rows = attention.smallest, attention.largest
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return split_heads(x, self.n_heads, self.head_dim)
@@ -95,9 +113,14 @@ class DecoderLayer(nn.Module):
         q = self._heads(self.q(x) * self.scaling)
         self._write(k_cache, positions, self._heads(self.k(x)))
         self._write(v_cache, positions, self._heads(self.v(x)))
+        return hidden + self.out(merge_heads(self._attend_cache(q, positions, mask, k_cache, v_cache)))
+
+    def _attend_cache(self, q: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                      k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        if self.rows_apart and mask is not None:  # `mask` covers the cache's capacity
+            return rows_cache_attention(q, k_cache, v_cache, positions, mask, self.query_rows, self.most_query_rows)
         end = int(positions.max()) + 1
-        out = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
-        return hidden + self.out(merge_heads(out))
+        return F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
 
     def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
         """The scaled cross-attention queries [batch, heads, n, head_dim] (word alignment reads
@@ -106,7 +129,7 @@ class DecoderLayer(nn.Module):
 
     def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
         """Cross-attention on the window's encoder output (K/V precomputed once per window)."""
-        out = F.scaled_dot_product_attention(self.cross_queries(hidden), k_cross, v_cross, scale=1.0)
+        out = rows_attention(self.cross_queries(hidden), k_cross, v_cross, None, self.query_rows, self.most_query_rows)
         return hidden + self.cross_out(merge_heads(out))
 
     def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -129,10 +152,11 @@ def packed_decoder(decoder: nn.Module) -> nn.Module:
     return packed_copy(decoder, unpacked=FUSED_AWAY if fuses else ())
 
 
-def layer_pass(layer: nn.Module, n_heads: int, head_dim: int, scaling: float) -> DecoderLayer:
+def layer_pass(layer: nn.Module, n_heads: int, head_dim: int, scaling: float, products: RowBlock = ANY_ROWS,
+               attention: RowBlock = ANY_ROWS) -> DecoderLayer:
     """The fused pass of a layer whose linears are packed (`PackedDecoderLayer.fits`), else the plain one."""
     kind = PackedDecoderLayer if PackedDecoderLayer.fits(layer, scaling) else DecoderLayer
-    return kind(layer, n_heads, head_dim, scaling)
+    return kind(layer, n_heads, head_dim, scaling, products, attention)
 
 
 class PackedDecoderLayer(DecoderLayer):
@@ -145,11 +169,16 @@ class PackedDecoderLayer(DecoderLayer):
     faster: fewer, larger products (each call has a fixed cost, and a larger one reads its weight
     closer to memory speed) and fewer ops between them (docs/BENCHMARKS.md, "the fused decoder layer")."""
 
-    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float):
-        super().__init__(layer, n_heads, head_dim, scaling)
+    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float,
+                 products: RowBlock = ANY_ROWS, attention: RowBlock = ANY_ROWS):
+        super().__init__(layer, n_heads, head_dim, scaling, products, attention)
         self.width = layer.self_attn.q_proj.weight.shape[0]
         qkv_weight, self.qkv_bias, cross_q_weight, self.cross_q_bias = _fused_queries(layer, scaling)
         self.qkv_weight, self.cross_q_weight = packed_weight(qkv_weight), packed_weight(cross_q_weight)
+        self.out_weight, self.out_bias = self.out.packed, self.out.bias
+        self.cross_out_weight, self.cross_out_bias = self.cross_out.packed, self.cross_out.bias
+        self.fc1_weight, self.fc1_bias = self.fc1.packed, self.fc1.bias
+        self.fc2_weight, self.fc2_bias = self.fc2.packed, self.fc2.bias
         del self.q, self.k, self.v, self.cross_q  # fused above: TorchScript need not see them
 
     @staticmethod
@@ -160,46 +189,44 @@ class PackedDecoderLayer(DecoderLayer):
                 and all(m.packed is not None for m in packed)
                 and all(m.weight.dtype == torch.float32 for m in fused))
 
+    def _product(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                 gelu: bool = False) -> torch.Tensor:
+        if gelu:  # "gelu" with "none": the exact (erf) GELU, Whisper's
+            return rows_product(x, weight, bias, "gelu", "none", self.product_rows, self.most_product_rows)
+        return rows_product(x, weight, bias, "none", "", self.product_rows, self.most_product_rows)
+
+    def _plus_product(self, residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                      bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """residual + (x @ weight.T + bias), the addition inside oneDNN's product."""
+        return rows_product_add(x, residual, weight, bias, self.product_rows, self.most_product_rows)
+
     def attend_self(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                     k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        qkv = torch.ops.mkldnn._linear_pointwise(self.self_norm(hidden), self.qkv_weight, self.qkv_bias, "none", [], "")
+        qkv = self._product(self.self_norm(hidden), self.qkv_weight, self.qkv_bias)
         q, k, v = qkv.split(self.width, dim=-1)
         self._write(k_cache, positions, self._heads(k))
         self._write(v_cache, positions, self._heads(v))
-        end = int(positions.max()) + 1
-        out = F.scaled_dot_product_attention(self._heads(q), k_cache[:, :, :end], v_cache[:, :, :end],
-                                             attn_mask=mask, scale=1.0)
-        return _plus_product(hidden, merge_heads(out), self.out.packed, self.out.bias)
+        out = self._attend_cache(self._heads(q), positions, mask, k_cache, v_cache)
+        return self._plus_product(hidden, merge_heads(out), self.out_weight, self.out_bias)
 
     def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
-        queries = torch.ops.mkldnn._linear_pointwise(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias,
-                                                     "none", [], "")
-        return self._heads(queries)
+        return self._heads(self._product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias))
 
     def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
-        out = F.scaled_dot_product_attention(self.cross_queries(hidden), k_cross, v_cross, scale=1.0)
-        return _plus_product(hidden, merge_heads(out), self.cross_out.packed, self.cross_out.bias)
+        queries = self._heads(self._product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias))
+        out = rows_attention(queries, k_cross, v_cross, None, self.query_rows, self.most_query_rows)
+        return self._plus_product(hidden, merge_heads(out), self.cross_out_weight, self.cross_out_bias)
 
     def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        # "gelu" with "none": the exact (erf) GELU, Whisper's
-        inner = torch.ops.mkldnn._linear_pointwise(self.ffn_norm(hidden), self.fc1.packed, self.fc1.bias, "gelu", [],
-                                                   "none")
-        return _plus_product(hidden, inner, self.fc2.packed, self.fc2.bias)
+        inner = self._product(self.ffn_norm(hidden), self.fc1_weight, self.fc1_bias, gelu=True)
+        return self._plus_product(hidden, inner, self.fc2_weight, self.fc2_bias)
 
 
-class Bfloat16DecoderLayer(DecoderLayer):
-    """`DecoderLayer` on bfloat16 (float32 sums, oneDNN), for compute type bfloat16 where such
-    products are fast: the fused products of `PackedDecoderLayer` (queries, keys and values in one;
-    GELU inside) on weights half the bytes of float32 ones, and attention over bfloat16 caches. A
-    one-token step reads its weights once for one row, at memory speed; the products of a pass over
-    a few tokens cost about a step's (AMX tiles take the rows together), its attention a step's per
-    token (below). The residual stream and the norms stay float32.
-
-    Each row's result is the same bits whatever else the pass holds, so a pass verifying k tokens
-    gives exactly the logits of k steps, and a batch exactly those of its rows alone: the products
-    are row-independent (`bfloat16_rows_are_independent`, checked before a decoder uses this layer),
-    and attention, whose kernels are not (their results move with the number of queries), runs one
-    query at a time, as a step runs it. Only a prompt read in a pass of its own attends together."""
+class Bfloat16DecoderLayer(PackedDecoderLayer):
+    """`PackedDecoderLayer` on bfloat16 (float32 sums, oneDNN), for a decoder on bfloat16 where that
+    is the faster (`whisperspec.kernels.processor.bfloat16_decoder_pays`): the same fused products on
+    weights half the bytes of float32 ones, and attention over bfloat16 caches. The residual stream
+    and the norms stay float32: each product reads bfloat16, and its result is added in float32."""
 
     # the linears whose weights it copies to bfloat16: the decoder it runs need not pack them
     OWN = (*FUSED_AWAY, *FUSED_INTO, "encoder_attn.k_proj", "encoder_attn.v_proj")
@@ -211,8 +238,9 @@ class Bfloat16DecoderLayer(DecoderLayer):
         return ONEDNN_AVAILABLE and all(type(m) is nn.Linear and m.weight.dtype == torch.float32
                                         and m.weight.device.type == "cpu" for m in linears)
 
-    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float):
-        super().__init__(layer, n_heads, head_dim, scaling)
+    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float,
+                 products: RowBlock = ANY_ROWS, attention: RowBlock = ANY_ROWS):
+        DecoderLayer.__init__(self, layer, n_heads, head_dim, scaling, products, attention)
         attn, cross = layer.self_attn, layer.encoder_attn
         self.width = attn.q_proj.weight.shape[0]
         qkv_weight, qkv_bias, cross_q_weight, cross_q_bias = _fused_queries(layer, scaling)
@@ -225,65 +253,19 @@ class Bfloat16DecoderLayer(DecoderLayer):
         self.fc2_weight, self.fc2_bias = bfloat16_weight(layer.fc2.weight), _bias(layer.fc2).bfloat16()
         del self.q, self.k, self.v, self.cross_q, self.out, self.cross_out, self.fc1, self.fc2
 
-    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                k_cache: torch.Tensor, v_cache: torch.Tensor, k_cross: torch.Tensor,
-                v_cross: torch.Tensor) -> torch.Tensor:
-        """`mask` None: every query attends alone (a decoding pass); given: together under it (a
-        prompt read in a pass of its own, `KVDecoder.read_prompt`, the same in every mode)."""
-        hidden = self.attend_self(hidden, positions, mask, k_cache, v_cache)
-        hidden = self._attend_encoder(hidden, k_cross, v_cross, mask is not None)
-        return self.feed_forward(hidden)
+    def _product(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                 gelu: bool = False) -> torch.Tensor:
+        x = x.to(torch.bfloat16)
+        if gelu:
+            return rows_product(x, weight, bias, "gelu", "none", self.product_rows, self.most_product_rows)
+        return rows_product(x, weight, bias, "none", "", self.product_rows, self.most_product_rows)
 
-    def attend_self(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                    k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        qkv = bfloat16_product(self.self_norm(hidden), self.qkv_weight, self.qkv_bias, False)
-        q, k, v = qkv.split(self.width, dim=-1)
-        self._write(k_cache, positions, self._heads(k))
-        self._write(v_cache, positions, self._heads(v))
-        q = self._heads(q)
-        if mask is not None:
-            end = int(positions.max()) + 1
-            out = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
-        else:
-            out = torch.empty_like(q)
-            for b in range(q.shape[0]):
-                for i in range(q.shape[2]):  # each query over the keys up to its own position, as a step
-                    end = int(positions[b, i]) + 1
-                    out[b:b + 1, :, i:i + 1] = F.scaled_dot_product_attention(
-                        q[b:b + 1, :, i:i + 1], k_cache[b:b + 1, :, :end], v_cache[b:b + 1, :, :end], scale=1.0)
-        return hidden + bfloat16_product(merge_heads(out), self.out_weight, self.out_bias, False).float()
-
-    def _cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._heads(bfloat16_product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias, False))
+    def _plus_product(self, residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                      bias: Optional[torch.Tensor]) -> torch.Tensor:
+        return residual + self._product(x, weight, bias).float()
 
     def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._cross_queries(hidden).float()
-
-    def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
-        return self._attend_encoder(hidden, k_cross, v_cross, True)
-
-    def _attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor,
-                        together: bool) -> torch.Tensor:
-        q = self._cross_queries(hidden)
-        if together:
-            out = F.scaled_dot_product_attention(q, k_cross, v_cross, scale=1.0)
-        else:  # one query of every row at a time: each row of a batch is its own problem to the kernel (tested)
-            out = torch.empty_like(q)
-            for i in range(q.shape[2]):
-                out[:, :, i:i + 1] = F.scaled_dot_product_attention(q[:, :, i:i + 1], k_cross, v_cross, scale=1.0)
-        return hidden + bfloat16_product(merge_heads(out), self.cross_out_weight, self.cross_out_bias, False).float()
-
-    def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        inner = bfloat16_product(self.ffn_norm(hidden), self.fc1_weight, self.fc1_bias, True)
-        return hidden + bfloat16_product(inner, self.fc2_weight, self.fc2_bias, False).float()
-
-
-def _plus_product(residual: torch.Tensor, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None):
-    """residual + (x @ weight.T + bias), the addition inside oneDNN's product."""
-    if torch.jit.is_scripting():  # TorchScript picks the overload from the arguments
-        return torch.ops.mkldnn._linear_pointwise(x, residual, packed, bias, "add")
-    # eager, that lookup costs more than the product: name the overload
-    return torch.ops.mkldnn._linear_pointwise.binary(x, residual, packed, bias, "add")
+        return self._heads(self._product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias).float())
 
 
 def _fused_queries(layer: nn.Module, scaling: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -313,16 +295,14 @@ class SingleRowPass(nn.Module):
         self.layers = nn.ModuleList(decoder.layer_passes)
         self.final_norm, self.head = decoder.final_norm, head
         self.embed_tokens, self.embed_positions = decoder.embed_tokens, decoder.embed_positions
-        self.queries_apart = decoder.bfloat16  # each query attends alone (`Bfloat16DecoderLayer`)
+        self.mask_keys = decoder.mask_keys  # `KVDecoder.mask`
 
     def forward(self, tokens: torch.Tensor, position: int, k_caches: List[torch.Tensor], v_caches: List[torch.Tensor],
                 k_cross: List[torch.Tensor], v_cross: List[torch.Tensor], keep: int) -> torch.Tensor:
         n = tokens.shape[1]
         positions = position + torch.arange(n)[None]
         hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
-        mask: Optional[torch.Tensor] = None
-        if not self.queries_apart:
-            mask = attention_mask(positions)
+        mask = attention_mask(positions, self.mask_keys)
         for i, layer in enumerate(self.layers):
             hidden = layer(hidden, positions, mask, k_caches[i], v_caches[i], k_cross[i], v_cross[i])
         return self.head(self.final_norm(hidden[:, n - keep:]))

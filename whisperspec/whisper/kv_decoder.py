@@ -21,8 +21,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from whisperspec.kernels.exact_rows import ANY_ROWS, attention_block, product_block
 from whisperspec.kernels.int8_linear import Int8Linear
-from whisperspec.kernels.packed_linear import Bfloat16Linear, PackedLinear, bfloat16_rows_are_independent, packed_copy
+from whisperspec.kernels.packed_linear import Bfloat16Linear, PackedLinear, packed_copy
 from whisperspec.whisper.decoder_pass import (Bfloat16DecoderLayer, ScriptedPass, attention_mask, layer_pass,
                                               packed_decoder, script_single_row_pass, split_heads)
 
@@ -40,8 +41,15 @@ COMPILE_REPAID_PASSES = 50
 
 
 class KVDecoder:
+    """`rows_apart` (a main decoder): every pass gives each row of tokens the same bits whatever else
+    it holds (`whisperspec.kernels.exact_rows`: products and attention in blocks of rows this machine
+    keeps apart, each query over the cache up to the end of its own block of positions), so a
+    k-token pass verifying a draft scores each token as a step would, and a batch each row as
+    alone; a draft's need not. The `head` is the caller's: a main decoder's runs in the same blocks
+    (`from_model`). `frames`: the encoder positions its cross-attention reads (Whisper's 1500)."""
+
     def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None, cross_pool: int = 1,
-                 bfloat16: bool = False):
+                 bfloat16: bool = False, rows_apart: bool = False, frames: int = 1500):
         self.embed_tokens = decoder.embed_tokens.weight
         self.embed_positions = decoder.embed_positions.weight
         self.layers = list(decoder.layers)
@@ -54,10 +62,19 @@ class KVDecoder:
         self.n_layers = len(self.layers)
         # `bfloat16`: the per-token products and the attention on bfloat16 (`Bfloat16DecoderLayer`),
         # the caches with them; else float32
-        self.layer_passes = [Bfloat16DecoderLayer(layer, self.n_heads, self.head_dim, self.scaling) if bfloat16
-                             else layer_pass(layer, self.n_heads, self.head_dim, self.scaling) for layer in self.layers]
         self.bfloat16 = bfloat16
         self.cache_dtype = torch.bfloat16 if bfloat16 else self.embed_tokens.dtype
+        self.rows_apart = rows_apart
+        products = attention = ANY_ROWS
+        if rows_apart:
+            products, attention = self.row_blocks(self.layers[0], self.cache_dtype, self.max_length, frames)
+        self.products, self.attention = products, attention
+        # a pass's mask covers the whole cache where rows are kept apart (`attention_mask`)
+        self.mask_keys = self.max_length if rows_apart else 0
+        self.layer_passes = [Bfloat16DecoderLayer(layer, self.n_heads, self.head_dim, self.scaling, products, attention)
+                             if bfloat16 else
+                             layer_pass(layer, self.n_heads, self.head_dim, self.scaling, products, attention)
+                             for layer in self.layers]
         # >1: cross-attention reads the encoder frames averaged in groups of this many (a draft
         # trained so, or the int8 self-draft: its step reads that much less), see `pool_frames`
         self.cross_pool = cross_pool
@@ -72,16 +89,16 @@ class KVDecoder:
         self.compile_after = COMPILE_AFTER_PASSES
 
     @classmethod
-    def from_model(cls, model: nn.Module, cross_compute_type: str = "float32", **kwargs) -> "KVDecoder":
+    def from_model(cls, model: nn.Module, cross_compute_type: str = "float32", bfloat16: bool = False,
+                   rows_apart: bool = True, **kwargs) -> "KVDecoder":
         """For a transformers WhisperForConditionalGeneration (or a WhisperForCausalLM draft); its
         linears run on oneDNN (`packed_decoder`), the model itself is left as it is.
         `cross_compute_type` "int8" or "bfloat16": project each window's cross-attention keys/values
-        with such products (the runtime's compute type). With "bfloat16" the per-token work runs on
-        bfloat16 too where its products are row-independent here (`Bfloat16DecoderLayer`, and the
-        head); otherwise it stays float32."""
+        with such products (the runtime's compute type). `bfloat16`: the layers' per-token work on
+        bfloat16 (`Bfloat16DecoderLayer`) where they can run so; else float32. `rows_apart`: as a
+        main decoder (`KVDecoder`); False for a draft."""
         stock = model.model.decoder
-        bfloat16 = (cross_compute_type == "bfloat16" and Bfloat16DecoderLayer.fits(stock)
-                    and bfloat16_rows_are_independent())
+        bfloat16 = bfloat16 and Bfloat16DecoderLayer.fits(stock)
         # a bfloat16 decoder's layers copy their weights themselves: none is packed for nothing
         decoder = packed_copy(stock, unpacked=Bfloat16DecoderLayer.OWN) if bfloat16 else packed_decoder(stock)
         product = {"float32": None, "int8": Int8Linear, "bfloat16": Bfloat16Linear}[cross_compute_type]
@@ -90,9 +107,26 @@ class KVDecoder:
                 attn = layer.encoder_attn
                 attn.k_proj = product(attn.k_proj.weight, attn.k_proj.bias)
                 attn.v_proj = product(attn.v_proj.weight, attn.v_proj.bias)
-        weight = model.proj_out.weight
-        head = Bfloat16Linear(weight, rows_apart=True) if bfloat16 else PackedLinear(weight)
-        return cls(decoder, head, bfloat16=bfloat16, **kwargs)
+        frames = getattr(model.config, "max_source_positions", 1500)
+        rows = ANY_ROWS
+        if rows_apart:
+            rows, _ = cls.row_blocks(stock.layers[0], torch.bfloat16 if bfloat16 else stock.embed_tokens.weight.dtype,
+                                     kwargs.get("max_length") or stock.embed_positions.weight.shape[0], frames)
+        # The head stays float32 on a bfloat16 decoder too: it picks the token, and bfloat16's
+        # rounding of its 51865 rows moves near-ties (the bundled sample's "will" became "we'll" on
+        # AMD EPYC); a greedy step screens it (`ScreenedHead`), so it costs little more.
+        head = PackedLinear(model.proj_out.weight, rows=rows)
+        return cls(decoder, head, bfloat16=bfloat16, rows_apart=rows_apart, frames=frames, **kwargs)
+
+    @staticmethod
+    def row_blocks(layer: nn.Module, dtype: torch.dtype, keys: int, frames: int):
+        """The blocks of rows in which this machine's products and attention keep the rows of a
+        decoder with `layer`'s shapes apart, in `dtype` (`whisperspec.kernels.exact_rows`)."""
+        attn = layer.self_attn
+        threads = torch.get_num_threads()
+        products = product_block(dtype, attn.q_proj.weight.shape[1], layer.fc1.weight.shape[0], threads)
+        attention = attention_block(dtype, attn.num_heads, attn.head_dim, keys, frames, threads)
+        return products, attention
 
     # ------------------------------------------------------------------ state
     @torch.inference_mode()
@@ -280,7 +314,7 @@ class KVDecoder:
         if hidden is None:
             hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
             self.fed_tokens.scatter_(1, positions, tokens)
-        mask = None if self.bfloat16 else attention_mask(positions)  # bfloat16: each query attends alone
+        mask = self.mask(positions)
         for index in range(first, top):
             hidden = self.layer_passes[index](hidden, positions, mask, *self.self_kv[index], *self.cross_kv[index])
             self.lengths[index] = positions[:, -1] + 1
@@ -289,27 +323,10 @@ class KVDecoder:
             self.exit_hidden.scatter_(1, positions[:, :, None].expand(-1, -1, hidden.shape[-1]), hidden)
         return hidden
 
-    @torch.inference_mode()
-    def read_prompt(self, prompts: list[list[int]]) -> None:
-        """Feed each row its prompt (its first tokens, on a cache just started), row by row in
-        passes of their own whose queries attend together, without the head. What a bfloat16
-        decoder (`Bfloat16DecoderLayer`) reads so is the same whatever else its batch holds and
-        whatever is drafted after it, and costs a fraction of reading it one query at a time."""
-        for row, prompt in enumerate(prompts):
-            if not prompt:
-                continue
-            if int(self.lengths[:, row].max()) != 0:
-                raise ValueError("a prompt is read first, on an empty row")
-            self._check_room(len(prompt))
-            tokens, positions = torch.tensor([prompt]), torch.arange(len(prompt))[None]
-            hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
-            mask = attention_mask(positions)
-            for index, layer in enumerate(self.layer_passes):
-                (k, v), (k_cross, v_cross) = self.self_kv[index], self.cross_kv[index]
-                hidden = layer(hidden, positions, mask, k[row:row + 1], v[row:row + 1], k_cross[row:row + 1],
-                               v_cross[row:row + 1])
-            self.lengths[:, row] = len(prompt)
-            self.fed_tokens[row, :len(prompt)] = tokens[0]
+    def mask(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """The attention mask of a pass over tokens at `positions` [batch, n] (`attention_mask`):
+        over the whole cache where rows are kept apart."""
+        return attention_mask(positions, self.mask_keys)
 
     # ---------------------------------------------------------------- helpers
     def _reuse_early_exit(self, tokens: torch.Tensor, start: torch.Tensor):

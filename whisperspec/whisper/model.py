@@ -7,7 +7,7 @@ from functools import cached_property
 
 import torch
 
-from whisperspec.kernels.processor import bfloat16_is_fast
+from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast
 from whisperspec.whisper.alignment import alignment_heads
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import COMPILE_REPAID_PASSES, KVDecoder
@@ -41,18 +41,26 @@ def resolve_compute_type(compute_type: str, model=None) -> str:
     return compute_type
 
 
+def resolve_decoder_compute_type(compute_type: str) -> str:
+    """The decoder's per-token work for a runtime of (resolved) `compute_type`: bfloat16 with a
+    bfloat16 runtime where that is the faster (`bfloat16_decoder_pays`: AMX tiles), else float32."""
+    return "bfloat16" if compute_type == "bfloat16" and bfloat16_decoder_pays() else "float32"
+
+
 class WhisperRuntime:
     """compute_type (faster-whisper's names) says how the work runs. "int8": the encoder and the
     cross-attention key/value projections on int8 products (`whisperspec.kernels.int8_linear`),
     the decoder's per-token work float32; "bfloat16": bfloat16 products with float32 sums and a
     float32 residual stream (1.8-3x float32's speed on processors with AMX or AMD's AVX-512 BF16),
-    the decoder's per-token work included where this machine's bfloat16 products are
-    row-independent (`Bfloat16DecoderLayer`: a step then reads half the bytes); "auto" (the
-    default): bfloat16 where it is fast, else float32. Each is a slightly different model, as
-    faster-whisper's types are. Every pass gives each row the same logits whatever else it holds,
-    so speculative decoding gives exactly this runtime's own greedy tokens whatever the type."""
+    the decoder's per-token work included where that is faster than float32
+    (`resolve_decoder_compute_type`; `decoder_compute_type` overrides it: a benchmark's or a test's
+    choice); "auto" (the default): bfloat16 where it is fast, else float32. Each is a slightly
+    different model, as faster-whisper's types are. Every pass gives each row the same logits
+    whatever else it holds (`KVDecoder`'s `rows_apart`), so speculative decoding and batching give
+    exactly this runtime's own greedy tokens whatever the type."""
 
-    def __init__(self, model, tokenizer, generation_config=None, compute_type: str = "float32"):
+    def __init__(self, model, tokenizer, generation_config=None, compute_type: str = "float32",
+                 decoder_compute_type: str | None = None):
         compute_type = resolve_compute_type(compute_type, model)
         self.compute_type = compute_type  # as resolved: never "auto"
         self.model = model.eval()
@@ -61,7 +69,11 @@ class WhisperRuntime:
         # Our inference runs on these (oneDNN products on prepacked weights, read from `model`,
         # which stays stock transformers for side-by-side comparisons).
         self.encoder = Encoder(model.model.encoder, compute_type)
-        self.decoder = KVDecoder.from_model(model, cross_compute_type=compute_type)
+        decoder_compute_type = decoder_compute_type or resolve_decoder_compute_type(compute_type)
+        self.decoder = KVDecoder.from_model(model, cross_compute_type=compute_type,
+                                            bfloat16=decoder_compute_type == "bfloat16")
+        # as it runs: float32 where the layers cannot run on bfloat16
+        self.decoder_compute_type = "bfloat16" if self.decoder.bfloat16 else "float32"
         # the cross-attention heads word timestamps read (`whisperspec.whisper.alignment`)
         self.alignment_heads = alignment_heads(generation_config or model.generation_config,
                                                self.decoder.n_layers, self.decoder.n_heads)
@@ -109,8 +121,9 @@ class WhisperRuntime:
         self.plain_steps_ahead = max(self.plain_steps_ahead - plain_steps, 0)
 
     @classmethod
-    def from_bundle(cls, bundle, compute_type: str = "float32") -> "WhisperRuntime":
-        return cls(bundle.model, bundle.tokenizer, bundle.generation_config, compute_type)
+    def from_bundle(cls, bundle, compute_type: str = "float32",
+                    decoder_compute_type: str | None = None) -> "WhisperRuntime":
+        return cls(bundle.model, bundle.tokenizer, bundle.generation_config, compute_type, decoder_compute_type)
 
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> EncodedWindow:

@@ -44,8 +44,7 @@ def parse_draft_spec(text: str | DraftSpec | None, lookahead: str | int | None =
 
 
 def make_drafter(spec: str | DraftSpec | None, runtime, online_learning: bool = False) -> Drafter | None:
-    """The drafter a spec names, for a loaded `WhisperRuntime` (None for `none`, and for `auto`
-    beside a bfloat16 decoder: `auto_drafter`). `online_learning`:
+    """The drafter a spec names, for a loaded `WhisperRuntime` (None for `none`). `online_learning`:
     a trained draft keeps learning between windows (`drafters.online`); the others have nothing
     to learn."""
     spec = parse_draft_spec(spec)

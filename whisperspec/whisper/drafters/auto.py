@@ -2,8 +2,7 @@
 
 The candidates are the distilled drafts shipped for the model (each only on windows in the
 languages it is the best shipped draft for: the English one, the multilingual one), the model's
-own decoder in int8, and prompt lookup over the window's own tokens (previous text included),
-beside a float32 main decoder (`auto_drafter` says why not beside a bfloat16 one);
+own decoder in int8, and prompt lookup over the window's own tokens (previous text included);
 `SelectingDrafter` measures what each emits per second and drafts with
 the best, or with none when a plain step is faster. The priors only decide the first rounds:
 the trained draft's agreement from its file, an int8 self-draft right on most tokens at about a
@@ -28,17 +27,12 @@ INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 12
 NGRAM_ACCEPTANCE = 0.2
 
 
-def auto_drafter(runtime, online_learning: bool = False) -> SelectingDrafter | None:
+def auto_drafter(runtime, online_learning: bool = False) -> SelectingDrafter:
     """`online_learning`: the trained draft keeps learning from every round once built, whichever
-    candidate drafts (`whisperspec.whisper.drafters.online`).
-
-    Beside a bfloat16 main decoder (`KVDecoder.bfloat16`: compute type bfloat16 where its products are
-    fast) there is no candidate, and `auto` decodes plain (None: no drafter, as `none`): a step of it
-    costs about 0.6 of a float32 one, a pass checking k tokens still ~1.3 steps (attention one query at
-    a time), and drafting around it slows its passes; base's shipped drafts, its int8 self and prompt
-    lookup each made a whole transcription slower than plain decoding there, on every input measured
-    (docs/BENCHMARKS.md, session 34)."""
-    return None if runtime.decoder.bfloat16 else SelectingDrafter(auto_candidates(runtime, online_learning))
+    candidate drafts (`whisperspec.whisper.drafters.online`). Beside any main decoder: a pass
+    checking k tokens costs about a step on every compute type (`whisperspec.kernels.exact_rows`),
+    and where a plain step is still the faster, `SelectingDrafter` measures it and decodes plain."""
+    return SelectingDrafter(auto_candidates(runtime, online_learning))
 
 
 def auto_candidates(runtime, online_learning: bool = False) -> list[Candidate]:

@@ -21,7 +21,8 @@ def draft_whisper_drafter(runtime, draft: nn.Module, vocab_size_kept: int | None
     """vocab_size_kept: the draft's head scores only that many of the most frequent text tokens;
     share_encoder: None decides by comparing the encoders' weights (`same_encoder`)."""
     share_encoder = same_encoder(runtime.model, draft) if share_encoder is None else share_encoder
-    kv = KVDecoder.from_model(draft, max_length=runtime.max_length, cross_pool=cross_attention_pool(draft))
+    kv = KVDecoder.from_model(draft, rows_apart=False, max_length=runtime.max_length,
+                              cross_pool=cross_attention_pool(draft))
     # a draft whose cross-attention projections are main layers' reuses the main decoder's keys/values
     cross_layers = shared_cross_layers(draft.model.decoder, runtime.model.model.decoder) if share_encoder else None
     model = WindowDraftModel(kv, reduced_vocab(runtime, vocab_size_kept),
