@@ -20,17 +20,21 @@ its own position only (`rows_cache_attention`: up to the end of its block of `KE
 keys past its position masked), so a token's scores sum over the same keys in a step as in a longer
 pass (the kernel's blocking over the keys moves with their number, and with it the sums' order).
 
-Which blocks keep rows apart is a property of the processor's kernels, so it is checked once per
-process (`product_block`, `attention_block`) on products and attention of the model's own widths,
-never timed: the first block that keeps rows apart is used, and where none does, one row a call
-(exact by construction, slower).
+Which blocks keep rows apart is a property of the processor's kernels, so it is checked
+(`product_block`, `attention_block`) on products and attention of the model's own widths, never
+timed: the first block that keeps rows apart is used, and where none does, one row a call (exact
+by construction, slower). The check costs a few tenths of a second, a share of a short file's
+whole run: its answer is kept on disk for this processor, torch build and thread count
+(`whisperspec.kept`), and made again when any of them changes.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
-from typing import List, Optional
+from pathlib import Path
+from typing import Callable, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -187,12 +191,32 @@ def _keeps_rows_apart(run, block: RowBlock) -> bool:
                for count in _sizes(block) for first in (0, block.largest - count))
 
 
+def _kept_block(name: str, find: Callable[[], RowBlock]) -> RowBlock:
+    """`find()`, kept on disk under `name` for this processor and torch build (`whisperspec.kept`)."""
+    from whisperspec.kept import kept_json
+    from whisperspec.kernels.processor import processor_key
+
+    def found() -> list[int]:
+        block = find()
+        return [block.smallest, block.largest]
+
+    # the candidates tried are part of the question: other candidates, another answer
+    tried = hashlib.sha256(repr((PRODUCT_BLOCKS, ATTENTION_BLOCKS, KEY_BLOCK)).encode()).hexdigest()[:8]
+    smallest, largest = kept_json(Path(torch.__file__), f"{name}-{processor_key()}-{tried}", found)
+    return RowBlock(smallest, largest)
+
+
 @functools.cache
 def product_block(dtype: torch.dtype, width: int, inner: int, threads: int = 0) -> RowBlock:
     """The block of rows in which oneDNN's products (float32, or bfloat16 with float32 sums) keep
     every row's bits here, for a network of `width` channels and `inner` feed-forward ones: checked
     on products of those shapes, with GELU inside and without (`threads`: the thread count it is
-    checked with, a cache key). ONE_ROW where no block does, or where oneDNN cannot run them."""
+    checked with, a key). ONE_ROW where no block does, or where oneDNN cannot run them."""
+    name = f"product-rows-{str(dtype).removeprefix('torch.')}-{width}-{inner}-{threads}"
+    return _kept_block(name, functools.partial(_find_product_block, dtype, width, inner))
+
+
+def _find_product_block(dtype: torch.dtype, width: int, inner: int) -> RowBlock:
     from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, packed_weight
 
     if not ONEDNN_AVAILABLE or dtype not in (torch.float32, torch.bfloat16):
@@ -228,6 +252,11 @@ def attention_block(dtype: torch.dtype, heads: int, head_dim: int, keys: int, fr
     of up to `keys` positions read in `KEY_BLOCK`s, each query seeing those up to its own
     (self-attention), and over `frames` unmasked encoder frames (cross-attention); a batch's rows
     apart too. ONE_ROW where no block does."""
+    name = f"attention-rows-{str(dtype).removeprefix('torch.')}-{heads}-{head_dim}-{keys}-{frames}-{threads}"
+    return _kept_block(name, functools.partial(_find_attention_block, dtype, heads, head_dim, keys, frames))
+
+
+def _find_attention_block(dtype: torch.dtype, heads: int, head_dim: int, keys: int, frames: int) -> RowBlock:
     generator = torch.Generator().manual_seed(0)
     largest = max(block.largest for block in ATTENTION_BLOCKS)
     queries = torch.randn(2, heads, largest, head_dim, generator=generator).to(dtype)

@@ -7,6 +7,8 @@ the machine's load would change transcripts' last bits from one run to the next.
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 from pathlib import Path
 
 import torch
@@ -20,6 +22,15 @@ def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 def processor_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The processor's model name ("AMD EPYC 9R14", ...), or its vendor, or "unknown"."""
     return _cpuinfo_field(cpuinfo, "model name") or cpu_vendor(cpuinfo) or "unknown"
+
+
+def processor_key(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """A short name for this kind of processor: its model and instruction set, and the settings
+    that cap which of them oneDNN and torch use (what decides which kernels run), for keeping what
+    was checked on it (`whisperspec.kept`)."""
+    caps = [os.environ.get(name, "") for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")]
+    described = "|".join([processor_name(cpuinfo), _cpuinfo_field(cpuinfo, "flags"), *caps])
+    return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 
 def _cpuinfo_field(cpuinfo: Path, field: str) -> str:

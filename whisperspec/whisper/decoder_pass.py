@@ -179,6 +179,7 @@ class PackedDecoderLayer(DecoderLayer):
         self.cross_out_weight, self.cross_out_bias = self.cross_out.packed, self.cross_out.bias
         self.fc1_weight, self.fc1_bias = self.fc1.packed, self.fc1.bias
         self.fc2_weight, self.fc2_bias = self.fc2.packed, self.fc2.bias
+        self.on_bfloat16 = False  # its products read bfloat16 (`Bfloat16DecoderLayer`)
         del self.q, self.k, self.v, self.cross_q  # fused above: TorchScript need not see them
 
     @staticmethod
@@ -191,6 +192,8 @@ class PackedDecoderLayer(DecoderLayer):
 
     def _product(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                  gelu: bool = False) -> torch.Tensor:
+        if self.on_bfloat16:
+            x = x.to(torch.bfloat16)
         if gelu:  # "gelu" with "none": the exact (erf) GELU, Whisper's
             return rows_product(x, weight, bias, "gelu", "none", self.product_rows, self.most_product_rows)
         return rows_product(x, weight, bias, "none", "", self.product_rows, self.most_product_rows)
@@ -209,12 +212,16 @@ class PackedDecoderLayer(DecoderLayer):
         out = self._attend_cache(self._heads(q), positions, mask, k_cache, v_cache)
         return self._plus_product(hidden, merge_heads(out), self.out_weight, self.out_bias)
 
-    def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
+    def _cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The scaled cross-attention queries in the products' dtype (the caches')."""
         return self._heads(self._product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias))
 
+    def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self._cross_queries(hidden).float()
+
     def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
-        queries = self._heads(self._product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias))
-        out = rows_attention(queries, k_cross, v_cross, None, self.query_rows, self.most_query_rows)
+        out = rows_attention(self._cross_queries(hidden), k_cross, v_cross, None, self.query_rows,
+                             self.most_query_rows)
         return self._plus_product(hidden, merge_heads(out), self.cross_out_weight, self.cross_out_bias)
 
     def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -251,21 +258,12 @@ class Bfloat16DecoderLayer(PackedDecoderLayer):
         self.cross_out_bias = _bias(cross.out_proj).bfloat16()
         self.fc1_weight, self.fc1_bias = bfloat16_weight(layer.fc1.weight), _bias(layer.fc1).bfloat16()
         self.fc2_weight, self.fc2_bias = bfloat16_weight(layer.fc2.weight), _bias(layer.fc2).bfloat16()
+        self.on_bfloat16 = True
         del self.q, self.k, self.v, self.cross_q, self.out, self.cross_out, self.fc1, self.fc2
-
-    def _product(self, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                 gelu: bool = False) -> torch.Tensor:
-        x = x.to(torch.bfloat16)
-        if gelu:
-            return rows_product(x, weight, bias, "gelu", "none", self.product_rows, self.most_product_rows)
-        return rows_product(x, weight, bias, "none", "", self.product_rows, self.most_product_rows)
 
     def _plus_product(self, residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                       bias: Optional[torch.Tensor]) -> torch.Tensor:
         return residual + self._product(x, weight, bias).float()
-
-    def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._heads(self._product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias).float())
 
 
 def _fused_queries(layer: nn.Module, scaling: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

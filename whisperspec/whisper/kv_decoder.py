@@ -107,26 +107,27 @@ class KVDecoder:
                 attn = layer.encoder_attn
                 attn.k_proj = product(attn.k_proj.weight, attn.k_proj.bias)
                 attn.v_proj = product(attn.v_proj.weight, attn.v_proj.bias)
-        frames = getattr(model.config, "max_source_positions", 1500)
-        rows = ANY_ROWS
-        if rows_apart:
-            rows, _ = cls.row_blocks(stock.layers[0], torch.bfloat16 if bfloat16 else stock.embed_tokens.weight.dtype,
-                                     kwargs.get("max_length") or stock.embed_positions.weight.shape[0], frames)
         # The head stays float32 on a bfloat16 decoder too: it picks the token, and bfloat16's
         # rounding of its 51865 rows moves near-ties (the bundled sample's "will" became "we'll" on
         # AMD EPYC); a greedy step screens it (`ScreenedHead`), so it costs little more.
-        head = PackedLinear(model.proj_out.weight, rows=rows)
-        return cls(decoder, head, bfloat16=bfloat16, rows_apart=rows_apart, frames=frames, **kwargs)
+        weight = model.proj_out.weight
+        rows = cls.product_rows(stock.layers[0], weight.dtype) if rows_apart else ANY_ROWS
+        return cls(decoder, PackedLinear(weight, rows=rows), bfloat16=bfloat16, rows_apart=rows_apart,
+                   frames=getattr(model.config, "max_source_positions", 1500), **kwargs)
 
     @staticmethod
-    def row_blocks(layer: nn.Module, dtype: torch.dtype, keys: int, frames: int):
-        """The blocks of rows in which this machine's products and attention keep the rows of a
-        decoder with `layer`'s shapes apart, in `dtype` (`whisperspec.kernels.exact_rows`)."""
+    def product_rows(layer: nn.Module, dtype: torch.dtype):
+        """The block of rows in which this machine's products keep the rows of a decoder with
+        `layer`'s widths apart, in `dtype` (`whisperspec.kernels.exact_rows`)."""
+        return product_block(dtype, layer.self_attn.q_proj.weight.shape[1], layer.fc1.weight.shape[0],
+                             torch.get_num_threads())
+
+    @classmethod
+    def row_blocks(cls, layer: nn.Module, dtype: torch.dtype, keys: int, frames: int):
+        """`product_rows`, and the block of queries in which attention keeps them apart."""
         attn = layer.self_attn
-        threads = torch.get_num_threads()
-        products = product_block(dtype, attn.q_proj.weight.shape[1], layer.fc1.weight.shape[0], threads)
-        attention = attention_block(dtype, attn.num_heads, attn.head_dim, keys, frames, threads)
-        return products, attention
+        attention = attention_block(dtype, attn.num_heads, attn.head_dim, keys, frames, torch.get_num_threads())
+        return cls.product_rows(layer, dtype), attention
 
     # ------------------------------------------------------------------ state
     @torch.inference_mode()
