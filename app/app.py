@@ -2,7 +2,7 @@
 
 import sys
 
-from whisperspec.demo import cli
+from whisperspec.demo.app import cli
 
 if __name__ == "__main__":
     sys.exit(cli())

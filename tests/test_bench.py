@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from whisperspec.whisper.bench import acceptance_needed, tokens_per_round
+from whisperspec.bench.decoder import acceptance_needed, tokens_per_round
 
 
 def test_tokens_per_round_counts_the_accepted_prefix_and_the_targets_own_token():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from whisperspec.demo import TranscriberPool, resolve_model, stats_markdown, token_view, transcribe_request
+from whisperspec.demo.app import TranscriberPool, resolve_model, stats_markdown, token_view, transcribe_request
 from whisperspec.result import Segment, Transcription
 
 CLIP = Path(__file__).parent / "data" / "tt-weasels.flac"
@@ -35,7 +35,7 @@ def test_stats_show_the_comparison():
 
 
 def test_model_field_only_accepts_what_the_operator_allows(tmp_path):
-    from whisperspec.demo import allowed_models
+    from whisperspec.demo.app import allowed_models
 
     assert resolve_model("tiny.en") == "tiny.en" and resolve_model("") == "base"
     (tmp_path / "model").mkdir()
@@ -57,7 +57,7 @@ def test_model_field_only_accepts_what_the_operator_allows(tmp_path):
 
 
 def test_the_pool_keeps_a_bounded_number_of_models(monkeypatch):
-    from whisperspec import demo
+    from whisperspec.demo import app as demo
     from whisperspec.whisper.model import resolve_compute_type
 
     monkeypatch.setattr(demo, "Transcriber", lambda model, **kwargs: object())
@@ -96,7 +96,7 @@ def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
 def test_a_guard_stops_at_its_budget_counted_from_the_first_round_or_when_cancelled():
     import time
 
-    from whisperspec.demo_requests import RequestGuard, RequestStopped
+    from whisperspec.demo.requests import RequestGuard, RequestStopped
 
     guard = RequestGuard(0.2)
     time.sleep(0.3)  # loading, before the first round: not counted
@@ -120,7 +120,7 @@ def test_a_cancelled_or_abandoned_request_stops_its_work_and_only_then_frees_its
     import threading
     import time
 
-    from whisperspec.demo_requests import ActiveRequests, RequestStopped
+    from whisperspec.demo.requests import ActiveRequests, RequestStopped
 
     requests, stopped = ActiveRequests(seconds=60), []
 
@@ -157,7 +157,7 @@ def test_a_cancelled_or_abandoned_request_stops_its_work_and_only_then_frees_its
 
 @pytest.mark.real
 def test_an_interrupted_decode_stops_within_a_round_and_the_transcriber_is_reused():
-    from whisperspec.demo_requests import RequestStopped
+    from whisperspec.demo.requests import RequestStopped
     from whisperspec.transcribe import Transcriber
 
     for draft in ("none", "int8"):
@@ -185,7 +185,7 @@ def test_a_live_chunk_is_read_whole_and_a_bad_one_is_reported_without_its_server
 
     import numpy as np
 
-    from whisperspec.demo_live import LiveSession
+    from whisperspec.demo.microphone import LiveSession
     from whisperspec.spec import DraftSpec
 
     samples = (np.sin(np.arange(4800) / 10) * 10000).astype("<i2")  # 0.1 s at 48 kHz
@@ -207,7 +207,7 @@ def test_streamed_chunks_are_taken_in_upload_order_once_each_and_passed_on_to_gr
     import asyncio
     import json
 
-    from whisperspec.demo_live import StreamedChunks
+    from whisperspec.demo.microphone import StreamedChunks
 
     chunks, seen = StreamedChunks(reorder_seconds=0.3), []
 

@@ -29,7 +29,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server():
     pytest.importorskip("gradio")
-    from whisperspec.demo import build_demo
+    from whisperspec.demo.app import build_demo
 
     port = free_port()
     demo = build_demo("tiny.en", max_seconds=10)
@@ -216,8 +216,8 @@ def budgeted_server(tmp_path_factory):
     import soundfile as sf
 
     from whisperspec.audio import load_audio
-    from whisperspec.demo import build_demo
-    from whisperspec.demo_requests import ActiveRequests
+    from whisperspec.demo.app import build_demo
+    from whisperspec.demo.requests import ActiveRequests
 
     long = tmp_path_factory.mktemp("long") / "long.flac"
     prompt = load_audio(CLIP.parent / "basic-pbx-ivr-main.flac")  # 25 s

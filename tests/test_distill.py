@@ -19,11 +19,11 @@ from whisperspec.distill.corpus import sentences
 from whisperspec.distill.labels import Example, label_windows, load_examples
 from whisperspec.distill.train import DraftTrainer, TrainConfig, draft_vocabulary, train
 from whisperspec.whisper.drafters.trained import trained_drafter
-from whisperspec.distill.draft_file import load_draft, read_metadata, save_draft
+from whisperspec.models.draft_file import load_draft, read_metadata, save_draft
 from whisperspec.speculative.lookahead import Fixed
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.rules import WhisperLogitFilter
-from whisperspec.distill.layout import draft_from_main
+from whisperspec.models.draft_layout import draft_from_main
 
 VOCAB = 2048  # text tokens the test drafts score
 
@@ -245,7 +245,7 @@ def test_a_prompted_window_trains_as_the_draft_reads_it(labelled):
 
 
 def test_a_draft_file_says_which_languages_it_covers_and_whether_it_reads_prompts(labelled, tmp_path):
-    from whisperspec.distill.draft_file import draft_languages
+    from whisperspec.models.draft_file import draft_languages
 
     runtime, examples, _ = labelled
     draft = draft_from_main(runtime.model, [0])
@@ -316,7 +316,7 @@ def test_training_both_views_picks_the_view_that_agrees_more_and_reports_languag
 
 
 def test_the_shipped_draft_for_a_language_is_the_one_that_agrees_most_in_it(labelled, tmp_path, monkeypatch):
-    from whisperspec.distill import draft_file
+    from whisperspec.models import draft_file
 
     runtime, _, _ = labelled
     draft = draft_from_main(runtime.model, [0])

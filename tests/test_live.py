@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from whisperspec.audio import SAMPLE_RATE, load_audio
-from whisperspec.live import LiveTranscript
+from whisperspec.demo.live_transcript import LiveTranscript
 from whisperspec.result import Segment, Transcription
 
 DATA = Path(__file__).parent / "data"

@@ -140,7 +140,7 @@ def test_from_pretrained_dirs_load_like_embedded(tmp_path):
 
 def test_a_models_fingerprint_is_kept_for_its_weights_and_retaken_when_they_change(tmp_path, monkeypatch):
     """The drafts' check of which main model they belong to hashes the embeddings once per file."""
-    from whisperspec.distill import draft_file
+    from whisperspec.models import draft_file
     from whisperspec.models.checkpoint import WhisperWeights
 
     _tiny_checkpoint(tmp_path)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tiny_models import random_mel, real_vocabulary, tiny_runtime, tiny_whisper
-from whisperspec.distill.layout import draft_from_main
+from whisperspec.models.draft_layout import draft_from_main
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, forced_prefix
 from whisperspec.whisper.drafters.online import OnlineDrafter, OnlineSchedule
@@ -124,7 +124,7 @@ def test_long_form_with_online_learning_matches_plain(tmp_path):
     for the model that keeps learning from window to window and from file to file."""
     from transformers import WhisperFeatureExtractor
 
-    from whisperspec.distill.draft_file import save_draft
+    from whisperspec.models.draft_file import save_draft
     from whisperspec.transcribe import Transcriber
 
     tokenizer, generation_config, _ = real_vocabulary("tiny.en")

@@ -9,7 +9,7 @@ import torch
 
 from tiny_models import random_mel, tiny_runtime, tiny_whisper
 from whisperspec import defaults
-from whisperspec.distill.layout import draft_from_main
+from whisperspec.models.draft_layout import draft_from_main
 from whisperspec.kernels.packed_linear import packed_copy
 from whisperspec.speculative.drafters.select import SelectingDrafter
 from whisperspec.speculative.lookahead import make_lookahead
@@ -125,7 +125,7 @@ def generated_tokens(sequence, special) -> list[int]:
 @pytest.mark.parametrize("timestamps", [False, True])
 def test_verify_passes_score_like_one_token_steps(timestamps):
     """k-token passes over the plain tokens give one-token steps' logits (float64: to ~1e-12)."""
-    from whisperspec.whisper.bench import count_flips
+    from whisperspec.bench.decoder import count_flips
 
     runtime = tiny_runtime(0)
     options = DecodeOptions(language="en", timestamps=timestamps, temperatures=(0.0,), max_new_tokens=48)

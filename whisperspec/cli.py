@@ -16,32 +16,30 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import gc
 import importlib
 import json
 import os
 import sys
 import tempfile
-import threading
 import warnings
 from pathlib import Path
 
-from whisperspec import defaults, options
+from whisperspec import defaults, options, process
 from whisperspec.cli_parity import add_parity_options, hyphenated, parity_settings
 from whisperspec.spec import SpecError
 
 
 # Subcommands that parse their own arguments: `whisperspec NAME ...` calls MODULE.FUNCTION(argv).
 DELEGATED = {
-    "bench": ("whisperspec.whisper.bench:main", "decoder costs and decode-phase speed per drafter"),
-    "bench-corpus": ("whisperspec.corpus.bench:main", "corpus throughput vs greedy and faster-whisper, whole processes"),
-    "bench-online": ("whisperspec.whisper.bench_online:main", "acceptance by window with and without online learning"),
-    "bench-startup": ("whisperspec.whisper.startup:main", "one short file, whole processes, vs faster-whisper"),
+    "bench": ("whisperspec.bench.decoder:main", "decoder costs and decode-phase speed per drafter"),
+    "bench-corpus": ("whisperspec.bench.corpus:main", "corpus throughput vs greedy and faster-whisper, whole processes"),
+    "bench-online": ("whisperspec.bench.online:main", "acceptance by window with and without online learning"),
+    "bench-startup": ("whisperspec.bench.startup:main", "one short file, whole processes, vs faster-whisper"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
-    "bench-vad": ("whisperspec.evaluation.vad_bench:main", "what --vad does to speed and WER on audio with pauses"),
+    "bench-vad": ("whisperspec.bench.vad:main", "what --vad does to speed and WER on audio with pauses"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
-    "demo": ("whisperspec.demo:cli", "start the Gradio demo"),
+    "demo": ("whisperspec.demo.app:cli", "start the Gradio demo"),
     "distill": ("whisperspec.distill.cli:main", "train a cheap draft decoder for a main model"),
 }
 
@@ -68,39 +66,12 @@ def command() -> None:
     Python's collector walks every live object now and then, and importing torch and loading a
     model make hundreds of thousands, all of which live as long as the process: on a short file
     those walks, and the last ones at exit, cost a large share of the whole run. So the collector
-    is off while the command starts up (`_started` turns it back on, past everything made so
-    far). The process then leaves without the interpreter's teardown (`_exit`)."""
+    is off while the command starts up (`process.started_up` turns it back on, past everything made so
+    far). The process then leaves without the interpreter's teardown (`process.exit_without_teardown`)."""
     gc.disable()
     code = main()
     gc.freeze()
-    _exit(code)
-
-
-def _exit(code: int) -> None:
-    """Exit with `code` after what an exit must do (the exit handlers, the standard streams
-    flushed), skipping the interpreter's teardown: freeing every object of torch and of the model
-    one by one, and torch's own destructors, cost a tenth of a second on a short file and do nothing
-    the operating system does not do at exit anyway. Files we write are closed by then (atomic
-    writes). A thread still running (none in our commands by now) gets the usual exit, which waits
-    for it."""
-    if any(thread.is_alive() and not thread.daemon for thread in threading.enumerate()
-           if thread is not threading.main_thread()):
-        sys.exit(code)
-    atexit._run_exitfuncs()  # logging's flush, temporary directories, multiprocessing's children
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`| head`) or stream: nothing left to say
-            pass
-    os._exit(code or 0)
-
-
-def _started() -> None:
-    """Start-up is over (the model loaded): the collector resumes, for objects made from now on
-    (a no-op unless `command` turned it off: `main` called from Python leaves the collector alone)."""
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
+    process.exit_without_teardown(code)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -116,7 +87,7 @@ def _run(argv: list[str]) -> int:
             print(f"whisperspec: {error}", file=sys.stderr)
             return 2
     if not argv or argv[0] != "transcribe":  # only transcribe starts up with the collector off
-        _started()
+        process.started_up()
     if argv and argv[0] in DELEGATED:
         module, _, function = DELEGATED[argv[0]][0].partition(":")
         return getattr(importlib.import_module(module), function)(argv[1:]) or 0
@@ -246,7 +217,7 @@ def _run_transcribe(args) -> int:
     except (OSError, ValueError) as error:  # each names the option, the model or the drafter
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
-    _started()
+    process.started_up()
     return transcribe_corpus(sources, engine, args, formats,
                              print_result=lambda result: _print_result(result, args, len(sources) > 1),
                              subtitles=subtitles)

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the table as JSON")
     args = parser.parse_args(argv)
 
-    from whisperspec.distill.draft_file import load_draft
+    from whisperspec.models.draft_file import load_draft
     from whisperspec.distill.recordings import recording_paths
     from whisperspec.distill.train import DraftTrainer, prompt_views
     from whisperspec.models import load_whisper

@@ -11,7 +11,7 @@ and, if given, unlabelled recordings.
 2. labelled by the main model (greedy tokens, decoder hidden states), cached shard by shard;
 3. a draft of --layers copies of main decoder layers (or --init: a trained draft's layers) trained to
    imitate it, best held-out epoch kept;
-4. saved as a small file of its own weights (`whisperspec.distill.draft_file`) with its held-out
+4. saved as a small file of its own weights (`whisperspec.models.draft_file`) with its held-out
    agreement per language (`draft_languages`): `--draft FILE`, or `--draft trained` for the one
    shipped in whisperspec/assets for the main model.
 Held-out windows are spoken from sentences kept out of training (and, with --audio, are every
@@ -101,8 +101,8 @@ def distill(args) -> dict:
     from whisperspec.distill.train import (DraftTrainer, TrainConfig, agreement_by_language, draft_vocabulary,
                                            train)
     from whisperspec.models import load_whisper
-    from whisperspec.distill.draft_file import load_draft, save_draft
-    from whisperspec.distill.layout import draft_from_main
+    from whisperspec.models.draft_file import load_draft, save_draft
+    from whisperspec.models.draft_layout import draft_from_main
     from whisperspec.whisper.model import WhisperRuntime
 
     runtime = WhisperRuntime.from_bundle(load_whisper(args.model))

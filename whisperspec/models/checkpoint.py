@@ -110,7 +110,7 @@ class WhisperWeights(nn.Module):
     """Whisper's parameters in `WhisperForConditionalGeneration`'s layout (`model.encoder`,
     `model.decoder`, `proj_out` tied to the token embeddings), with its `config` and
     `generation_config`. Built like transformers' class, `WhisperWeights(config)`, so a draft can
-    be made of its layers (`whisperspec.distill.layout`)."""
+    be made of its layers (`whisperspec.models.draft_layout`)."""
 
     def __init__(self, config: Config, generation_config: Config | None = None):
         super().__init__()

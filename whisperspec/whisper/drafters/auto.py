@@ -12,7 +12,7 @@ third of a plain step per drafted token, prompt lookup free but seldom right.
 from __future__ import annotations
 
 from whisperspec import defaults
-from whisperspec.distill.draft_file import draft_languages, shipped_drafts
+from whisperspec.models.draft_file import draft_languages, shipped_drafts
 from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
 from whisperspec.whisper.kv_decoder import KVDecoder

@@ -83,7 +83,7 @@ class WindowRecord:
 
 class OnlineDrafter(Drafter):
     """Drafts with a distilled draft (`draft`: the distil-whisper layout of
-    `whisperspec.distill.layout`, scoring `vocab_ids`) and trains it between windows.
+    `whisperspec.models.draft_layout`, scoring `vocab_ids`) and trains it between windows.
 
     Only low-rank adapters on the draft's linears train (`whisperspec.whisper.drafters.adapters`):
     the int8 draft that drafts shares them, so an update needs no new quantisation. Until its

@@ -1,4 +1,4 @@
-"""A draft trained by `whisperspec distill` for the main model (its file format: `whisperspec.distill.draft_file`).
+"""A draft trained by `whisperspec distill` for the main model (its file format: `whisperspec.models.draft_file`).
 
 Its few layers read the main encoder's output (no second encoder pass) and reuse the main decoder's
 cross-attention keys/values where distillation kept the projections frozen; its head scores its
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from torch import nn
 
-from whisperspec.distill.draft_file import fingerprint, load_draft, shipped_draft
+from whisperspec.models.draft_file import fingerprint, load_draft, shipped_draft
 from whisperspec.kernels.packed_linear import PackedLinear, packed_copy
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.protocols import Drafter

@@ -91,7 +91,7 @@ def _command(name: str, args, corpus: Path, out: Path, language: str) -> list[st
 
     model_dir = ct2_model_dir(args.model) if args.model in EMBEDDED_MODELS else args.model
     batch = "8" if name == "fw-batched" else "0"
-    return [sys.executable, "-m", "whisperspec.corpus.fw_corpus", str(model_dir), "int8", batch, language,
+    return [sys.executable, "-m", "whisperspec.bench.fw_corpus", str(model_dir), "int8", batch, language,
             str(out), *sorted(str(p) for p in corpus.iterdir())]
 
 

@@ -77,7 +77,7 @@ def read_metadata(path: Path) -> dict:
 
 def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor]:
     """(the draft as a Whisper model sharing the main encoder and embeddings, the ids its head scores)."""
-    from whisperspec.distill.layout import draft_from_main
+    from whisperspec.models.draft_layout import draft_from_main
 
     meta = read_metadata(path)
     if meta["main_fingerprint"] != fingerprint(main):

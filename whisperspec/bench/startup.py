@@ -44,11 +44,11 @@ def mark(name):
     marks.append((name, time.perf_counter()))
 import torch
 mark("import torch")
-from whisperspec.cli import _started
+from whisperspec.process import started_up
 from whisperspec.transcribe import Transcriber
 mark("import whisperspec")
 transcriber = Transcriber(draft=sys.argv[2] if len(sys.argv) > 2 else None)
-_started()
+started_up()
 mark("load model and drafter")
 result = transcriber.transcribe(sys.argv[1])
 mark("first transcription")

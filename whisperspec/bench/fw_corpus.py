@@ -1,6 +1,6 @@
 """faster-whisper over a list of files, one process, as `whisperspec bench-corpus` times it.
 
-    python -m whisperspec.corpus.fw_corpus MODEL_DIR COMPUTE_TYPE BATCH LANGUAGE OUT FILE...
+    python -m whisperspec.bench.fw_corpus MODEL_DIR COMPUTE_TYPE BATCH LANGUAGE OUT FILE...
 
 BATCH 0: `WhisperModel.transcribe` file by file (greedy, no VAD: the decoding ours does); BATCH
 n: `BatchedInferencePipeline` with batch n (its VAD cuts each file into chunks decoded together).

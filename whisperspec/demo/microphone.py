@@ -2,7 +2,7 @@
 
 The browser records and sends a chunk every 0.1 s (a WAV file it uploads, then posts to the
 stream); `StreamedChunks` keeps every one of them, in order, and `LiveSession` adds them to a
-`whisperspec.live.LiveTranscript`, read again in the background as it grows.
+`whisperspec.demo.live_transcript.LiveTranscript`, read again in the background as it grows.
 """
 
 import itertools
@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Callable
 
 from whisperspec.audio import SAMPLE_RATE, AudioError, load_audio
-from whisperspec.live import LiveTranscript
+from whisperspec.demo.live_transcript import LiveTranscript
 from whisperspec.options import language_code
 
 

@@ -33,9 +33,9 @@ from typing import Callable
 
 from whisperspec import defaults
 from whisperspec.audio import SAMPLE_RATE, AudioError
-from whisperspec.demo_live import LiveSession, StreamedChunks
-from whisperspec.demo_requests import ActiveRequests, RequestStopped
-from whisperspec.live import LiveTranscript
+from whisperspec.demo.microphone import LiveSession, StreamedChunks
+from whisperspec.demo.requests import ActiveRequests, RequestStopped
+from whisperspec.demo.live_transcript import LiveTranscript
 from whisperspec.models import EMBEDDED_MODELS
 from whisperspec.output import write_outputs
 from whisperspec.resources import sample_audio

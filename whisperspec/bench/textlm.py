@@ -2,7 +2,7 @@
 assisted variants, side by side in one run, on input-grounded and open-ended prompts; then the
 same prompts as one batch.
 
-    python -m whisperspec.textlm.bench [--model smollm2|gemma3-270m] [--max-new-tokens 64]
+    python -m whisperspec.bench.textlm [--model smollm2|gemma3-270m] [--max-new-tokens 64]
 
 No trained same-tokenizer pair of models can be had offline, so the "draft model" rows (ours and
 transformers' `assistant_model`) use a truncated copy of the target: its first E layers + final
