@@ -1,10 +1,12 @@
 """Every default a user can meet, in one place: the CLI, the API, the demo, bench, evaluate, distill
-and the text-LM module all read them from here. Why each value: docs/BENCHMARKS.md."""
+and the text-LM module all read them from here. Why each value: docs/BENCHMARKS-HISTORY.md (the
+measured runs behind them; the current numbers are in docs/BENCHMARKS.md)."""
 
 MODEL = "base"
 # How the per-window work (encoder, cross-attention projections) runs: "auto" is bfloat16 on
-# processors with AMX or AMD's AVX-512 BF16 (3x and 1.8x float32's encoder speed there; WER
-# float32's or lower on every evaluation set), float32 elsewhere
+# processors with AMX or AMD's AVX-512 BF16 (where its products are well ahead of float32's; WER
+# float32's or lower on every evaluation set: docs/BENCHMARKS-HISTORY.md, sessions 31 and 32),
+# float32 elsewhere
 # (`whisperspec.whisper.model.resolve_compute_type`); the decoder's per-token work is bfloat16 with
 # AMX only, where it is the faster (`resolve_decoder_compute_type`)
 COMPUTE_TYPE = "auto"
@@ -26,7 +28,7 @@ COST_MAX_LOOKAHEAD, COST_INITIAL = 10, 4
 NGRAM_MAX = 3  # longest n-gram prompt lookup matches
 INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
 # the int8 self-draft reads the encoder frames averaged in pairs: its step reads half the keys and
-# values; 3 or more cost more acceptance than they save (docs/BENCHMARKS.md, session 27)
+# values; 3 or more cost more acceptance than they save (docs/BENCHMARKS-HISTORY.md, session 27)
 INT8_DRAFT_POOL = 2
 TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`distill --vocab`)
 
@@ -48,7 +50,8 @@ ONLINE_TOP_K = 32  # main-model scores kept per emitted position
 ONLINE_MEMORY = 16  # windows kept to train on (~1.5 MB each for base's draft)
 
 # Corpus mode (`whisperspec transcribe` over many files): windows of this many files decoded together
-# (measured against 1, 4 and 16 on 2 cores, greedy and with the trained draft).
+# (measured against 1, 4 and 16 on 2 cores, greedy and with the trained draft:
+# docs/BENCHMARKS-HISTORY.md, "Measurements behind the code").
 BATCH_SIZE = 8
 # `--engine ray`: CPUs (torch threads) per transcriber actor.
 RAY_CPUS_PER_WORKER = 2

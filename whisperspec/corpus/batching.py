@@ -173,7 +173,7 @@ def _groups(rows: list[tuple[_File, object]]) -> list[list[tuple[_File, object]]
 def _decode_round(transcriber, decoder, rows: list[tuple[_File, object]], on_progress) -> None:
     """These windows, decoded together. Each window is encoded alone, exactly as a one-file run
     encodes it (on a CPU a batch of windows encodes no faster: every 30-s window is already a large
-    product)."""
+    product; docs/BENCHMARKS-HISTORY.md, "Measurements behind the code")."""
     runtime = transcriber.runtime
     windows = []
     for file, row in rows:

@@ -10,12 +10,12 @@ import functools
 def keep_freed_memory() -> None:
     """Let glibc keep freed memory for reuse instead of handing it back to the system.
 
-    The int8 products cannot write into a given buffer: each returns a new tensor (up to 12 MB
-    per encoder product). glibc serves blocks that large with fresh mmap pages and unmaps them
-    when freed, so every product pays its page faults again; with the thresholds raised the
-    process keeps its peak heap instead (docs/BENCHMARKS.md, "Allocator thresholds"). This tunes
-    the allocator of the whole process, so a library must not do it on its own: the command
-    line calls it at start, and an application using compute type int8 may call it too.
+    The int8 products cannot write into a given buffer: each returns a new tensor (up to 12 MB per
+    encoder product). glibc serves blocks that large with fresh mmap pages and unmaps them when
+    freed, so every product pays its page faults again; with the thresholds raised the process keeps
+    its peak heap instead (docs/BENCHMARKS-HISTORY.md, "Allocator thresholds"). This tunes the
+    allocator of the whole process, so a library must not do it on its own: the command line calls
+    it at start, and an application using compute type int8 may call it too.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -9,8 +9,8 @@ Two ways compute the same maths, in other summation orders (results differ in th
 
 `self_attention` is one of them, chosen once per machine from the processor's vendor (not timed at
 start: a choice that could flip between runs would make transcripts depend on the machine's load).
-Per base layer, measured: AMD EPYC fused 29-31 ms, blocked 18-20; Intel Xeon (AVX-512, AMX)
-fused 17, blocked 29 (docs/BENCHMARKS.md).
+Each is the faster one where it is chosen, by a wide margin; the per-layer timings on both kinds
+of processor are in docs/BENCHMARKS-HISTORY.md (session 30, and "Measurements behind the code").
 """
 
 from __future__ import annotations

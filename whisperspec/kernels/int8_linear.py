@@ -2,9 +2,11 @@
 every linear of the int8 drafts (`whisperspec.whisper.drafters.draft_models.int8_decoder`).
 
 Weights are quantised once per output channel (symmetric int8, scale = row max / 127); each call
-quantises its input on the fly (fbgemm's dynamic linear: one scale for the whole input). On this
-CPU (AMD EPYC, avx512_vnni) a 1500-row product runs ~3x faster than oneDNN float32 (base's
-encoder fc1: 2.2 ms instead of 7.1), which is what makes faster-whisper's int8 encoder fast.
+quantises its input on the fly (fbgemm's dynamic linear: one scale for the whole input). On a CPU
+with VNNI a 1500-row product runs well ahead of oneDNN's float32 one (a quarter of the bytes to
+read, and one instruction sums four 8-bit products into each 32-bit lane), which is what makes
+faster-whisper's int8 encoder fast (figures: docs/BENCHMARKS-HISTORY.md, "Measurements behind the
+code").
 
 Because the input scale is shared by every row of a call, a row's result depends on the rows it
 is quantised with. `Int8Linear` therefore quantises each leading-dimension item (one 30-s window
@@ -33,8 +35,8 @@ class Int8Linear(nn.Module):
     """y = x @ weight.T + bias with int8 weights; x [..., frames, in], quantised per leading item.
 
     `draft=True`: a draft's product, where only speed matters. Its input is quantised as one (one
-    call, not one per row) and its weight with one scale (packing it takes half as long as with
-    one per output channel, and `auto` builds a draft when it expects the build to pay).
+    call, not one per row) and its weight with one scale (quicker to pack than one scale per
+    output channel, and `auto` builds a draft when it expects the build to pay).
     TorchScript-able, so a compiled draft pass (`whisperspec.whisper.decoder_pass`) can hold it.
     `quantised`: `quantise(weight, draft)` made before (kept on disk): only packed, `weight` unread.
     """
@@ -104,7 +106,7 @@ def made_in_parallel(makers: dict[str, Callable[[], nn.Module]]) -> dict[str, nn
 
 def quantise(weight: torch.Tensor, draft: bool = False) -> dict[str, torch.Tensor]:
     """`weight` [out, in] as int8 `values` and float `scales`: one per output channel, or one for
-    the whole weight (`draft`: packing takes half as long). What `Int8Linear` packs, apart so it
+    the whole weight (`draft`: quicker to pack). What `Int8Linear` packs, apart so it
     can be kept on disk (`whisperspec.whisper.drafters.draft_models.int8_decoder`'s `kept_as`)."""
     weight = weight.detach().float()
     # torch's own quantisation rounding (x times the float inverse of the scale, to nearest even)
@@ -121,8 +123,9 @@ def quantise(weight: torch.Tensor, draft: bool = False) -> dict[str, torch.Tenso
 @functools.cache
 def _reduce_range() -> bool:
     """fbgemm multiplies 8-bit inputs in pairs into 16-bit sums, which can saturate unless inputs
-    keep 7 bits; processors with VNNI sum into 32 bits and can use all 8 (measured on base's
-    encoder output: 13% relative error with 8 bits, 21% with 7)."""
+    keep 7 bits; processors with VNNI sum into 32 bits and can use all 8, which halves the
+    rounding step and so makes the encoder's output closer to float32's (docs/BENCHMARKS-HISTORY.md,
+    "Measurements behind the code")."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith("flags")), "")

@@ -3,9 +3,10 @@
 `nn.Linear` on a CPU build of torch goes to MKL, whose speed depends on the processor it finds.
 On AMD EPYC (this project's CI kind, 2 threads) MKL's fp32 kernels run far below what the
 machine can do, while oneDNN, given its weight once in its own blocked layout (what
-torch.compile's CPU "freezing" does to linears), reads it at close to memory speed: about twice
-as fast for Whisper's products (docs/BENCHMARKS.md; on Intel the two are on a par). Same maths in
-another summation order: the results differ from nn.Linear in the last bits only.
+torch.compile's CPU "freezing" does to linears), reads it at close to memory speed: much faster
+for Whisper's products (docs/BENCHMARKS-HISTORY.md, "Measurements behind the code"; on Intel the
+two are on a par). Same maths in another summation order: the results differ from nn.Linear in the
+last bits only.
 `whisperspec bench --flips` counts what that does to near-tie argmaxes.
 
 `packed_copy(module)` gives the inference code its own fast view of a model without touching the
@@ -101,9 +102,10 @@ def bfloat16_weight(weight: torch.Tensor) -> torch.Tensor:
 
 
 class Bfloat16Linear(nn.Module):
-    """y = x @ weight.T + bias as one bfloat16 product (float32 sums: ~3x float32's speed on AMX
-    tiles, ~1.8x on AMD's AVX-512 BF16), from and to float32: for the products whose input is a
-    window's 1500 frames (compute type bfloat16's cross-attention keys and values)."""
+    """y = x @ weight.T + bias as one bfloat16 product (float32 sums; well ahead of float32 on AMX
+    tiles and on AMD's AVX-512 BF16, which multiply bfloat16 pairs natively and read half the bytes:
+    docs/BENCHMARKS-HISTORY.md, sessions 31 and 32), from and to float32: for the products whose
+    input is a window's 1500 frames (compute type bfloat16's cross-attention keys and values)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
@@ -144,7 +146,7 @@ _is_view: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 
 def packed_view(module: nn.Module) -> nn.Module:
     """`packed_copy(module)`, made once per module and returned as is when given again (the
-    text-LM targets and drafts are built per call; packing SmolLM2-135M takes ~0.15 s)."""
+    text-LM targets and drafts are built per call, and packing a model's weights is not free)."""
     if module in _is_view:
         return module
     if module not in _views:

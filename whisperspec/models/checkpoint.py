@@ -1,13 +1,13 @@
 """A Whisper checkpoint folder read without transformers: its weights as a module tree, its
 tokenizer, its configs.
 
-Our runtime only *reads* a model's weights (the encoder's fused products, the KV decoder, the
-drafts all run their own passes), so it needs the weights in transformers' layout, not
-transformers' classes. Importing transformers' Whisper modelling costs ~2 s of a command that
-transcribes a 5-s file in under 1 s; this module builds the same tree of parameters (same names,
-same shapes, so `state_dict()` matches `WhisperForConditionalGeneration`'s key for key) straight
-from `model.safetensors`, and the tokenizer from `tokenizer.json` with the `tokenizers` library
-(transformers' WhisperTokenizer decodes text tokens with that same library).
+Our runtime only *reads* a model's weights (the encoder's fused products, the KV decoder, the drafts
+all run their own passes), so it needs the weights in transformers' layout, not transformers'
+classes. Importing transformers' Whisper modelling costs more than a whole short transcription
+(docs/BENCHMARKS-HISTORY.md, "Measurements behind the code"); this module builds the same tree of
+parameters (same names, same shapes, so `state_dict()` matches `WhisperForConditionalGeneration`'s
+key for key) straight from `model.safetensors`, and the tokenizer from `tokenizer.json` with the
+`tokenizers` library (transformers' WhisperTokenizer decodes text tokens with that same library).
 
 The tree has no `forward`: whatever needs transformers' own computation (its `generate()` in
 `whisperspec evaluate`, the reference checks in the tests) loads transformers' classes
@@ -149,10 +149,11 @@ class WhisperTextTokenizer:
     of transformers' WhisperTokenizer, and the same results.
 
     Encoding text (prompts, hotwords) runs the `tokenizers` library, loaded on first use: parsing a
-    tokenizer.json (50k merges) takes ~85 ms, a tenth of a short file's first transcription, which
-    never encodes anything. What a transcription does need (the ids of special tokens, ids decoded
-    to text) reads a table of the tokens kept from the file (`whisperspec.kept`, ~10 ms) and
-    decodes as the library's byte-level decoder does (tests/test_models.py holds the two equal)."""
+    tokenizer.json (50k merges) is a noticeable part of a short file's first transcription, which
+    never encodes anything (docs/BENCHMARKS-HISTORY.md, session 28). What a transcription does need
+    (the ids of special tokens, ids decoded to text) reads a table of the tokens kept from the file
+    (`whisperspec.kept`, much quicker to read) and decodes as the library's byte-level decoder does
+    (tests/test_models.py holds the two equal)."""
 
     def __init__(self, tokenizer_json: Path, eos_token: str = "<|endoftext|>"):
         from whisperspec.kept import kept_json

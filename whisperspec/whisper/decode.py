@@ -26,10 +26,11 @@ from whisperspec.whisper.screened_head import ScreenedDecoder
 MAX_PROMPT_TOKENS = 223  # openai-whisper: half the text context, minus <|startofprev|>
 
 
-# A low estimate of what Whisper emits per second of audio: long files of the development sets
-# (asterisk-en-long, asterisk-ru-long: prompts with pauses) gave 2.2-3.8 tokens a second.
+# A low estimate of what Whisper emits per second of audio: under every rate the long files of the
+# development sets (asterisk-en-long, asterisk-ru-long: prompts with pauses) gave, so that work is
+# never expected that is not there (docs/BENCHMARKS-HISTORY.md, session 33).
 TOKENS_PER_SECOND = 2.0
-# A high one of the tokens a drafted round emits: 2.5-3.1 on long files with `auto`.
+# A high one of the tokens a drafted round emits, from the same long files with `auto` (the same session).
 TOKENS_PER_DRAFTED_PASS = 3
 
 

@@ -17,10 +17,12 @@ last bits, as any other kernels' would.
 
 Compute type int8 runs the same layers with int8 products (`Int8Linear`, each window quantised on
 its own); attention stays float32. Compute type bfloat16 runs every product, the attention and the
-convolutions on bfloat16 (float32 sums: ~3x float32's speed on AMX tiles, ~1.8x with AMD's AVX-512
-BF16), while the norms and the residual stream stay float32 (bfloat16's 8-bit mantissa would round
-away much of each layer's small update to it). Their outputs differ from float32 as faster-whisper's int8 ones do.
-Timings and differences: docs/BENCHMARKS.md.
+convolutions on bfloat16 (float32 sums; well ahead of float32 on AMX tiles and with AMD's AVX-512
+BF16, which multiply bfloat16 pairs natively and read half the bytes), while the norms and the
+residual stream stay float32 (bfloat16's 8-bit mantissa would round away much of each layer's small
+update to it). Their outputs differ from float32 as faster-whisper's int8 ones do.
+Timings and differences: docs/BENCHMARKS-HISTORY.md (sessions 31 and 32, and "Measurements behind
+the code").
 
 Anything the fused path does not cover (float64 test models, an activation other than GELU, a
 torch without the oneDNN ops) runs the stock transformers encoder.

@@ -96,7 +96,8 @@ class LongformWalk:
         self.segments += [s for s in new_segments if s.text.strip()]
         if self.condition_on_previous_text and result.temperature <= 0.5:
             # the prompt keeps the timestamps, as openai-whisper's and faster-whisper's do: without
-            # them the model repeats the previous text (docs/BENCHMARKS.md)
+            # them the model repeats the previous text (docs/BENCHMARKS-HISTORY.md, "Measurements
+            # behind the code")
             self.context += consumed
         else:  # a sampled window is a poor prompt for the next one: openai-whisper's reset, to nothing
             self.context = []

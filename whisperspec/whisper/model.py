@@ -51,7 +51,8 @@ class WhisperRuntime:
     """compute_type (faster-whisper's names) says how the work runs. "int8": the encoder and the
     cross-attention key/value projections on int8 products (`whisperspec.kernels.int8_linear`),
     the decoder's per-token work float32; "bfloat16": bfloat16 products with float32 sums and a
-    float32 residual stream (1.8-3x float32's speed on processors with AMX or AMD's AVX-512 BF16),
+    float32 residual stream (well ahead of float32 on processors with AMX or AMD's AVX-512 BF16,
+    which multiply bfloat16 pairs natively: docs/BENCHMARKS-HISTORY.md, sessions 31 and 32),
     the decoder's per-token work included where that is faster than float32
     (`resolve_decoder_compute_type`; `decoder_compute_type` overrides it: a benchmark's or a test's
     choice); "auto" (the default): bfloat16 where it is fast, else float32. Each is a slightly

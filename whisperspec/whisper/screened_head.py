@@ -1,22 +1,22 @@
 """Greedy decoding's output head: exact scores only where the argmax can be.
 
 Every pass of the main decoder ends with the output head: base's 51865 x 512 weights, 106 MB read
-per pass, about 40% of a pass on a CPU, to find one argmax per position. `ScreenedHead` first
-scores the text tokens with an int8 copy of those weights (a quarter of the reading) and bounds
-each score's error from what quantisation did to that weight row and to this input. Exact float32
-scores are then computed only for the text tokens whose upper bound reaches the best lower bound
-(a handful, usually) and for every token Whisper's rules single out (special tokens,
-timestamps, the fixed suppress lists): the same oneDNN product over their rows, bit for bit the
-full head's (`ScreenedHead.build` checks it on this machine, or screens nothing). Every other token
-gets -inf. Whisper's rules mask the text tokens as a block, timestamps and fixed lists, so the
-argmax after any of them is the full head's argmax, exactly.
+per pass, a large share of a pass on a CPU (docs/BENCHMARKS-HISTORY.md, session 29), to find one
+argmax per position. `ScreenedHead` first scores the text tokens with an int8 copy of those weights
+(a quarter of the reading) and bounds each score's error from what quantisation did to that weight
+row and to this input. Exact float32 scores are then computed only for the text tokens whose upper
+bound reaches the best lower bound (a handful, usually) and for every token Whisper's rules single
+out (special tokens, timestamps, the fixed suppress lists): the same oneDNN product over their rows,
+bit for bit the full head's (`ScreenedHead.build` checks it on this machine, or screens nothing).
+Every other token gets -inf. Whisper's rules mask the text tokens as a block, timestamps and fixed
+lists, so the argmax after any of them is the full head's argmax, exactly.
 
 Scores like these cannot give log-probabilities (the normaliser needs every score), and Whisper
 reads one per emitted token (a window's average, for the fallback). `ScreenedDecoder` screens the
 plain steps of one greedy row (a pass verifying drafted tokens, or reading a prompt, reads the full
-head: docs/BENCHMARKS.md has why) and keeps their positions' input to the head; `logprobs` then
-computes those tokens' log-probabilities in one product at the end of the window: the weights read
-once per window instead of once per step.
+head: docs/BENCHMARKS-HISTORY.md, session 29, has why) and keeps their positions' input to the
+head; `logprobs` then computes those tokens' log-probabilities in one product at the end of the
+window: the weights read once per window instead of once per step.
 """
 
 from __future__ import annotations
@@ -169,7 +169,8 @@ class ScreenedDecoder:
     def forward(self, tokens: torch.Tensor, logits_to_keep: int | None = None) -> torch.Tensor:
         # Only a plain step screens. A prompt's pass is read whole (the no-speech probability); a
         # pass verifying drafted tokens, screened row by row (a greedy verifier reads no row past
-        # the first that rejects), was measured slower than the full head, with a draft or `auto`.
+        # the first that rejects), was measured slower than the full head, with a draft or `auto`
+        # (docs/BENCHMARKS-HISTORY.md, session 29).
         if logits_to_keep is not None or tokens.shape[1] != 1:
             return self.decoder.forward(tokens, logits_to_keep=logits_to_keep)
         position = int(self.decoder.lengths[-1, 0])

@@ -2,7 +2,7 @@
 
 Which drafter pays depends on the input: a distilled draft is cheap and right on the speech it was
 trained for, and wrong on another language; a self-draft (the target in int8) is right almost
-everywhere but costs a third of a target pass per token; prompt lookup costs nothing and pays only
+everywhere but costs much of a target pass per token; prompt lookup costs nothing and pays only
 where the text repeats. `SelectingDrafter` measures, for each candidate, how many tokens a round it
 drafts emits and what drafting costs, and for the target what a pass checking n drafted tokens costs
 (the same whoever drafted them); each round drafts with the candidate of the highest emitted-tokens-
