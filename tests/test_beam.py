@@ -144,7 +144,7 @@ def test_corpus_batches_give_each_file_its_beam_transcript(tmp_path):
     transcriber = tiny_transcriber(2, timestamps=True, temperatures=(0.0,), beam_size=3)
     paths = noise_files(tmp_path, [3, 41, 9])
     alone = {str(p): transcriber.transcribe(p) for p in paths}
-    assert all(r.stats["beam_size"] == 3 for r in alone.values())
+    assert all(r.stats.beam_size == 3 for r in alone.values())
     for result in transcriber.transcribe_many(paths, batch_size=3):
         assert _same(result.transcription, alone[result.source.audio]), result.source.audio
 
@@ -178,9 +178,9 @@ def test_beam_five_transcribes_real_speech_and_drafts_nothing():
     for name in references:
         result = transcriber.transcribe(clips / f"{name}.flac")
         texts.append(result.text)
-        assert result.stats["beam_size"] == 5
-        if set(result.stats["temperatures"]) == {0.0}:  # windows decoded by beam search are not drafted
-            assert result.stats["speculation"]["proposed"] == 0
+        assert result.stats.beam_size == 5
+        if set(result.stats.temperatures) == {0.0}:  # windows decoded by beam search are not drafted
+            assert result.stats.speculation.proposed == 0
     wer = score(list(references.values()), texts, "en").wer
     print("beam 5 WER", wer, texts)
     assert wer <= 0.05, texts

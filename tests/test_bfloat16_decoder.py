@@ -10,6 +10,7 @@ import torch
 
 from test_speculative import build_drafter
 from tiny_models import random_mel, tiny_runtime
+from whisperspec.speculative.warmup import WarmUp
 from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
@@ -42,7 +43,7 @@ def test_a_pass_over_n_tokens_gives_the_logits_of_n_steps_bit_for_bit(compiled):
     """The previous text read first, then one token a pass, a few, all at once; eager and compiled."""
     runtime = bfloat16_runtime(7)
     decoder = runtime.decoder
-    decoder.compile_after = 0 if compiled else 10**9
+    decoder.warmup = WarmUp(compile_after=0 if compiled else None)
     hidden = runtime.encode(random_mel(7, dtype=torch.float32)).hidden
     runs = []
     for chunks in ([len(PREVIOUS)] + [1] * len(FED), [len(PREVIOUS) + 3, 4, 1, 4], [len(PREVIOUS) + len(FED)]):

@@ -11,6 +11,7 @@ import pytest
 
 from whisperspec.cli import main as cli_main
 from whisperspec.cli_parity import hyphenated
+from whisperspec.options import TranscriptionOptions
 from whisperspec.result import Segment, Transcription
 
 CLIPS = Path(__file__).parent / "data"
@@ -25,17 +26,17 @@ class Loaded(Exception):
 def transcriber_arguments(monkeypatch):
     seen = {}
 
-    def fake(model, **arguments):
-        seen.update(arguments, model=model)
+    def fake(*, options):  # the CLI builds the options, checked, before anything loads
+        seen["options"] = options
         raise Loaded
 
     monkeypatch.setattr("whisperspec.transcribe.Transcriber", fake)
 
-    def run(*options) -> dict:
+    def run(*options) -> TranscriptionOptions:
         seen.clear()
         with pytest.raises(Loaded):
             cli_main(["transcribe", str(GOOD), *options])
-        return dict(seen)
+        return seen["options"]
 
     return run
 
@@ -53,17 +54,19 @@ def test_openai_whisper_options_reach_the_transcriber(transcriber_arguments, tmp
         "--carry_initial_prompt", "True", "--condition_on_previous_text", "False", "--fp16", "False",
         "--compression_ratio_threshold", "None", "--logprob_threshold", "-0.8", "--no_speech_threshold", "0.5",
         "--threads", "0", "--output_dir", str(tmp_path), "-f", "tsv", "--verbose", "False", "--device", "cpu")
-    assert seen["temperature"] == (0.2, 0.5, 0.8)  # numpy.arange(0.2, 1.0 + 1e-6, 0.3)
-    assert (seen["condition_on_previous_text"], seen["carry_initial_prompt"]) == (False, True)
-    assert (seen["beam_size"], seen["best_of"], seen["patience"], seen["length_penalty"]) == (5, "5", "2", "0.5")
-    assert (seen["compression_ratio_threshold"], seen["logprob_threshold"]) == ("None", "-0.8")
-    assert seen["initial_prompt"] == "Weasels." and seen["language"] == "English" and not seen["vad"]
+    decode = seen.decode
+    assert decode.temperatures == (0.2, 0.5, 0.8)  # numpy.arange(0.2, 1.0 + 1e-6, 0.3)
+    assert (seen.condition_on_previous_text, seen.carry_initial_prompt) == (False, True)
+    assert (decode.beam_size, decode.best_of, decode.patience, decode.length_penalty) == (5, 5, 2.0, 0.5)
+    assert (decode.compression_ratio_threshold, decode.logprob_threshold, decode.no_speech_threshold) == (None, -0.8, 0.5)
+    assert seen.initial_prompt == "Weasels." and decode.language == "en" and seen.vad is None
+    assert (seen.model, decode.task, seen.draft.kind) == ("base", "transcribe", "auto")
 
 
 def test_word_options_as_openai_whisper_spells_them(transcriber_arguments, capsys):
     for options, expected in ((("--word_timestamps", "True"), True), (("--word-timestamps",), True),
                               (("--word_timestamps=False",), False), ((), False)):
-        assert transcriber_arguments(*options)["word_timestamps"] is expected, options
+        assert transcriber_arguments(*options).word_timestamps is expected, options
     # a flag never takes the audio file that follows it for its value
     assert hyphenated(["--word_timestamps", "a.wav", "--highlight_words", "TRUE", "--word_timestamps",
                        "--output_format", "srt"]) == \
@@ -73,18 +76,18 @@ def test_word_options_as_openai_whisper_spells_them(transcriber_arguments, capsy
 
 
 def test_the_default_and_a_fixed_temperature(transcriber_arguments):
-    assert transcriber_arguments()["temperature"] == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # openai-whisper's
-    assert transcriber_arguments("--temperature", "0.5", "--temperature-increment-on-fallback", "None")[
-        "temperature"] == (0.5,)
+    assert transcriber_arguments().decode.temperatures == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # openai-whisper's
+    assert transcriber_arguments("--temperature", "0.5", "--temperature-increment-on-fallback",
+                                 "None").decode.temperatures == (0.5,)
 
 
 def test_vad_options_and_hotwords(transcriber_arguments):
     seen = transcriber_arguments("--vad_filter", "True", "--vad_min_silence_duration_ms", "500", "--hotwords", "Waldo")
-    assert seen["vad"] and seen["vad_parameters"].min_silence_duration_ms == 500 and seen["hotwords"] == "Waldo"
-    assert seen["vad_parameters"].speech_pad_ms == 400  # faster-whisper's default for what is not given
+    assert seen.vad.min_silence_duration_ms == 500 and seen.hotwords == "Waldo" and not seen.chunked
+    assert seen.vad.speech_pad_ms == 400  # faster-whisper's default for what is not given
     seen = transcriber_arguments("--chunked", "--vad-threshold", "0.4")
-    assert seen["chunked"] and not seen["vad"]
-    assert seen["vad_parameters"] == {"threshold": 0.4}  # on top of chunked long-form's own VAD settings
+    assert seen.chunked and seen.vad.threshold == 0.4  # on top of chunked long-form's own VAD settings:
+    assert seen.vad.min_silence_duration_ms == 160 and seen.vad.max_speech_duration_s == 30
 
 
 @pytest.mark.parametrize("options, message", [

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path, PurePath
 
 import numpy as np
@@ -122,23 +123,20 @@ def multilingual_drafter(name: str, runtime, seed: int):
 
 def tiny_transcriber(seed: int, draft: str = "none", chunked: bool = False, **options):
     """A Transcriber around a tiny random multilingual model (float64: exact comparisons)."""
-    from whisperspec.options import chunk_vad_options, vad_options
+    from whisperspec.options import TranscriptionOptions, chunk_vad_options, vad_options
     from whisperspec.transcribe import Transcriber
     from whisperspec.vad import SpeechDetector
     from whisperspec.whisper.drafters import parse_draft_spec
 
     transcriber = Transcriber.__new__(Transcriber)
     transcriber.runtime = tiny_runtime(seed, vocabulary="base")
-    transcriber.draft = parse_draft_spec(draft)
     transcriber.drafter = multilingual_drafter(draft, transcriber.runtime, seed) if draft != "none" else None
-    transcriber.options = DecodeOptions(max_new_tokens=24, **options)
-    transcriber.condition_on_previous_text, transcriber.initial_prompt = True, None
-    transcriber.carry_initial_prompt, transcriber.hotwords, transcriber.speech_detector = False, None, None
-    transcriber.word_timestamps, transcriber.punctuations = False, ("", "")
-    transcriber.progress, transcriber.load_seconds = False, 0.0
-    transcriber.chunked, transcriber.batch_size = chunked, 8
-    if chunked:
-        transcriber.speech_detector = SpeechDetector(vad_options(chunk_vad_options()))
+    transcriber.options = TranscriptionOptions(draft=parse_draft_spec(draft), chunked=chunked, batch_size=8,
+                                               vad=vad_options(chunk_vad_options()) if chunked else None,
+                                               decode=DecodeOptions(max_new_tokens=24, **options),
+                                               prepend_punctuations="", append_punctuations="")
+    transcriber.speech_detector = SpeechDetector(transcriber.options.vad) if chunked else None
+    transcriber.load_seconds = 0.0
     return transcriber
 
 
@@ -169,9 +167,9 @@ def test_transcribe_many_gives_each_file_its_one_file_transcript(tmp_path, times
     paths = noise_files(tmp_path, [3, 47, 0, 9, 41, 2.5])
     broken = _touch(tmp_path / "broken.wav", b"not audio" * 50)
     alone = {str(p): transcriber.transcribe(p) for p in paths}
-    decoded = [r for r in alone.values() if "silent" not in r.stats]
-    assert len(decoded) == 5 and sum(r.stats["windows"] for r in decoded) > 6  # long-form files: several windows
-    assert fallback == any(t > 0 for r in decoded for t in r.stats["temperatures"])
+    decoded = [r for r in alone.values() if not r.stats.silent]
+    assert len(decoded) == 5 and sum(r.stats.windows for r in decoded) > 6  # long-form files: several windows
+    assert fallback == any(t > 0 for r in decoded for t in r.stats.temperatures)
     progress = []
     results = list(transcriber.transcribe_many([*paths, broken], batch_size=3, on_progress=progress.append))
     assert sorted(r.source.audio for r in results) == sorted(map(str, [*paths, broken]))
@@ -181,7 +179,7 @@ def test_transcribe_many_gives_each_file_its_one_file_transcript(tmp_path, times
         else:
             assert _same(result.transcription, alone[result.source.audio]), result.source.audio
             stats = result.transcription.stats  # what --stats prints: this file's encoder and decoder time
-            assert "silent" in stats or (stats["encoder_ms"] > 0 and stats["decoder_ms"] > 0)
+            assert stats.silent or (stats.encoder_ms > 0 and stats.decoder_ms > 0)
     assert sum(progress) == pytest.approx(sum(r.duration for r in decoded), abs=0.05)
 
 
@@ -211,14 +209,14 @@ def test_on_real_speech_each_batched_transcript_is_the_one_file_transcript(tmp_p
                                                   "ss-noservice")] + [long]
     transcriber = Transcriber("base", draft="auto")
     alone = {str(p): transcriber.transcribe(p) for p in paths}
-    assert len(alone[str(long)].segments) > 3 and alone[str(long)].stats["windows"] == 2
+    assert len(alone[str(long)].segments) > 3 and alone[str(long)].stats.windows == 2
     batched = {r.source.audio: r.transcription for r in transcriber.transcribe_many(paths, batch_size=3)}
     assert batched.keys() == alone.keys()
     for path, result in batched.items():
         assert _same(result, alone[path]), path
         assert result.language == "en"
     # auto drafts where its timings say it pays (not on every short clip): somewhere here it did
-    assert sum(r.stats["speculation"]["accepted"] for r in batched.values()) > 0
+    assert sum(r.stats.speculation.accepted for r in batched.values()) > 0
 
 
 # ------------------------------------------------------------------ chunked long-form
@@ -251,12 +249,12 @@ def test_a_chunked_file_decodes_its_chunks_together_and_each_as_it_would_alone(t
     long = speech_file(tmp_path / "long.flac", LONG_CLIPS)
     other = speech_file(tmp_path / "other.flac", ["vm-options", "basic-pbx-ivr-main"] * 2)
     transcriber = tiny_transcriber(4, draft, chunked=True)  # the fallback schedule: each chunk decoded at 0 only
-    transcriber.batch_size = 1
+    transcriber.options = replace(transcriber.options, batch_size=1)
     alone = transcriber.transcribe(long)
-    transcriber.batch_size = 4
+    transcriber.options = replace(transcriber.options, batch_size=4)
     together = transcriber.transcribe(long)
-    assert _same(alone, together) and alone.stats["windows"] >= 3  # chunks of at most 30 s
-    assert set(alone.stats["temperatures"]) == {0.0}
+    assert _same(alone, together) and alone.stats.windows >= 3  # chunks of at most 30 s
+    assert set(alone.stats.temperatures) == {0.0}
     prepared = transcriber.prepare(long)
     walk = transcriber.walk(prepared)
     assert [chunk.index for chunk in walk.ready()] == [0]  # the language first, on the first chunk
@@ -282,16 +280,16 @@ def test_on_real_speech_a_chunked_file_is_the_same_alone_and_batched(tmp_path):
     transcriber = Transcriber("base", draft="auto", chunked=True, batch_size=1)
     alone = transcriber.transcribe(long)
     batched = [r.transcription for r in transcriber.transcribe_many([long], batch_size=4)]
-    assert _same(batched[0], alone) and alone.language == "en" and alone.stats["windows"] >= 3
+    assert _same(batched[0], alone) and alone.language == "en" and alone.stats.windows >= 3
     references = {r["id"]: r["text"] for r in map(json.loads, (CLIPS / "references.jsonl").read_text().splitlines())}
     assert score([" ".join(references[clip] for clip in LONG_CLIPS)], [alone.text], "en").wer < 0.15, alone.text
 
 
 def test_chunked_asks_for_no_timestamps_inside_chunks():
-    from whisperspec.transcribe import Transcriber
+    from whisperspec.options import TranscriptionOptions
 
     with pytest.raises(ValueError, match="chunked"):
-        Transcriber.check_options(chunked=True, timestamps=True)
+        TranscriptionOptions.build(chunked=True, timestamps=True)
 
 
 # ------------------------------------------------------------------ resumable runs

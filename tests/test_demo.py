@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from whisperspec.demo.app import TranscriberPool, resolve_model, stats_markdown, token_view, transcribe_request
-from whisperspec.result import Segment, Transcription
+from whisperspec.result import Segment, Transcription, TranscriptionStats
+from whisperspec.speculative.stats import SpeculationStats
 
 CLIP = Path(__file__).parent / "data" / "tt-weasels.flac"
 
@@ -26,9 +27,9 @@ def test_token_view_marks_drafted_and_main_tokens_and_escapes_text():
 
 def test_stats_show_the_comparison():
     def result(decoder_ms, tokens):
+        drafted = SpeculationStats(rounds=1, proposed=2, accepted=1, emitted=2)  # 50% accepted, 2 a pass
         return Transcription("x", [Segment(0, 1, "x", tokens)], "en", 1.0,
-                             {"decoder_ms": decoder_ms, "encoder_ms": 5, "tokens": 3,
-                              "speculation": {"acceptance_rate": 0.5, "mean_accepted_length": 2.0}})
+                             TranscriptionStats(decoder_ms=decoder_ms, encoder_ms=5, tokens=3, speculation=drafted))
     same = stats_markdown(result(50, [1, 2]), plain=result(100, [1, 2]))
     assert "2.00x" in same and "identical" in same and "50.0%" in same
     assert "DIFFER" in stats_markdown(result(50, [1, 2]), plain=result(100, [1, 3]))
@@ -60,14 +61,15 @@ def test_the_pool_keeps_a_bounded_number_of_models(monkeypatch):
     from whisperspec.demo import app as demo
     from whisperspec.whisper.model import resolve_compute_type
 
-    monkeypatch.setattr(demo, "Transcriber", lambda model, **kwargs: object())
+    monkeypatch.setattr(demo, "Transcriber", lambda *, options: options)  # the pool builds the options
     pool = TranscriberPool(size=2)
-    first = pool.get("a", "none")
-    pool.get("b", "none")
-    assert pool.get("a", "none") is first  # used again: kept
-    pool.get("c", "none")  # "b" was the least recently used
+    first = pool.get("owner/a", "none")  # (shaped as hub ids: nothing loads here)
+    assert first.model == "owner/a" and not first.draft.drafts
+    pool.get("owner/b", "none")
+    assert pool.get("owner/a", "none") is first  # used again: kept
+    pool.get("owner/c", "none")  # "b" was the least recently used
     compute_type = resolve_compute_type("auto")  # the default, as it runs here
-    assert set(pool._transcribers) == {("a", "none", compute_type), ("c", "none", compute_type)}
+    assert set(pool._transcribers) == {("owner/a", "none", compute_type), ("owner/c", "none", compute_type)}
 
 
 @pytest.mark.real
@@ -176,7 +178,7 @@ def test_an_interrupted_decode_stops_within_a_round_and_the_transcriber_is_reuse
         checks = []
         again = transcriber.transcribe(CLIP, interrupt=lambda: checks.append(1))
         assert [s.tokens for s in again.segments] == [s.tokens for s in expected.segments]
-        assert len(checks) == again.stats["speculation"]["rounds"] == expected.stats["speculation"]["rounds"]
+        assert len(checks) == again.stats.speculation.rounds == expected.stats.speculation.rounds
 
 
 def test_a_live_chunk_is_read_whole_and_a_bad_one_is_reported_without_its_server_path(tmp_path):

@@ -4,11 +4,14 @@ so drafting and batching change no token whatever the compute type."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pathlib import Path
 
 import pytest
 import torch
 
+from whisperspec.speculative.warmup import WarmUp
 from whisperspec.kernels.exact_rows import (ANY_ROWS, KEY_BLOCK, ONE_ROW, RowBlock, attention_block, product_block,
                                             rows_attention, rows_cache_attention, rows_product)
 from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, packed_weight
@@ -127,7 +130,7 @@ def test_base_scores_a_token_the_same_in_a_step_a_verify_pass_and_a_batch(base_b
     sequence = PREVIOUS + FED
     for compiled in (False, True):
         decoder.single_row_passes.clear()
-        decoder.compile_after = 0 if compiled else 10**9
+        decoder.warmup = WarmUp(compile_after=0 if compiled else None)
         runs = []
         for chunks in ([len(PREVIOUS)] + [1] * len(FED), [len(PREVIOUS) + 4, 3, 4, 1, 4, 3], [len(sequence)]):
             decoder.start(hidden)
@@ -175,10 +178,10 @@ def test_every_compute_type_gives_a_file_the_same_tokens_alone_batched_and_draft
     accepted = 0
     for name, lookahead in DRAFTS.items():
         transcriber.drafter = make_drafter(parse_draft_spec(name), transcriber.runtime)
-        transcriber.draft = parse_draft_spec(name, lookahead)
+        transcriber.options = replace(transcriber.options, draft=parse_draft_spec(name, lookahead))
         drafted = transcriber.transcribe(clips[0])
         assert tokens(drafted) == expected[str(clips[0])], (name, lookahead)
-        accepted += drafted.stats["speculation"]["accepted"]
+        accepted += drafted.stats.speculation.accepted
         batch_size = 1 if name == "trained" else 2
         batched = {r.source.audio: tokens(r.transcription)
                    for r in transcriber.transcribe_many(clips, batch_size=batch_size)}

@@ -136,13 +136,13 @@ def test_long_form_with_online_learning_matches_plain(tmp_path):
     audio = np.random.default_rng(0).normal(0, 0.1, 16000 * 75).astype(np.float32)
     options = dict(language="en", temperature=0, timestamps=True)
     plain = Transcriber(str(tmp_path), **options).transcribe(audio)
-    assert plain.stats["windows"] >= 3
+    assert plain.stats.windows >= 3
     learning = Transcriber(str(tmp_path), draft=str(path), online_learning="on", **options)
     for _ in range(2):
         fast = learning.transcribe(audio)
         assert [(s.start, s.end, s.tokens) for s in fast.segments] == [(s.start, s.end, s.tokens) for s in plain.segments]
     assert learning.drafter.updates >= 2  # after the second window, the third, the fifth ...
-    assert fast.stats["speculation"]["accepted"] > 0
+    assert fast.stats.speculation.accepted > 0
 
 
 def test_learning_rests_where_it_does_not_pay():

@@ -49,7 +49,7 @@ def test_a_runaway_window_costs_a_fraction_and_reads_the_same_with_every_drafter
         result = transcriber.transcribe(noise)
         texts[draft] = result.text
         passes = len(DEFAULT_TEMPERATURES)
-        assert result.stats["speculation"]["emitted"] < passes * 160, result.stats
+        assert result.stats.speculation.emitted < passes * 160, result.stats
     assert len(set(texts.values())) == 1, texts
 
 

@@ -90,9 +90,9 @@ def test_a_transcription_is_the_same_with_the_head_screened(base):
         transcriber.drafter = make_drafter(draft, base.runtime)
         runtime = base.runtime
         if screen:
-            runtime.plain_steps = 10 ** 9
+            runtime.warmup.plain_steps = 10 ** 9
         else:
-            runtime.plain_steps = 0
+            runtime.warmup.plain_steps = 0
             runtime.__dict__.pop("screened_head", None)
         result = transcriber.transcribe(CLIPS / "basic-pbx-ivr-main.flac", timestamps=True)
         assert ("screened_head" in runtime.__dict__) == screen
@@ -113,21 +113,27 @@ def test_the_screen_is_used_only_for_one_greedy_row(base):
 
 
 def test_told_of_a_long_input_the_runtime_pays_its_one_off_costs_at_once():
-    """`WhisperRuntime.expect`: the screen is made and the main decoder compiled at the start of an
-    input expected to repay them, not after the steps that would show it is long; a short one
-    changes nothing, and what has been decoded is no longer ahead."""
-    from tiny_models import tiny_runtime
-    from whisperspec.whisper.kv_decoder import COMPILE_AFTER_PASSES, COMPILE_REPAID_PASSES
-    from whisperspec.whisper.model import SCREEN_AFTER_STEPS
+    """`WarmUp.expect`: the screen is made and the main decoder compiled at the start of an input
+    expected to repay them, not after the steps that would show it is long; a short one changes
+    nothing, and what has been decoded is no longer ahead. The decoder asks the runtime's warm-up."""
+    from tiny_models import random_mel, tiny_runtime
+    from whisperspec.speculative.warmup import (COMPILE_AFTER_PASSES, COMPILE_REPAID_PASSES, SCREEN_AFTER_STEPS,
+                                                TOKENS_PER_DRAFTED_PASS)
 
     runtime = tiny_runtime(0, dtype=torch.float32)
-    runtime.expect(COMPILE_REPAID_PASSES - 1, plain_steps=SCREEN_AFTER_STEPS - 1)
-    assert runtime.decoder.compile_after == COMPILE_AFTER_PASSES and not runtime.screens()
-    runtime.decoded(COMPILE_REPAID_PASSES - 1, SCREEN_AFTER_STEPS - 1)
-    assert runtime.passes_ahead == runtime.plain_steps_ahead == 0
-    runtime.expect(COMPILE_REPAID_PASSES, plain_steps=0)  # drafted: its plain steps are not known
-    assert runtime.decoder.compile_after == 0 and not runtime.screens()
-    runtime.expect(SCREEN_AFTER_STEPS, plain_steps=SCREEN_AFTER_STEPS)
+    warmup = runtime.warmup
+    assert runtime.decoder.warmup is warmup
+    warmup.expect(COMPILE_REPAID_PASSES - 1, drafted=False)  # plain steps: a pass a token
+    assert warmup.compile_after == COMPILE_AFTER_PASSES and not runtime.screens()
+    assert not warmup.compiles(1) and warmup.compiles(COMPILE_AFTER_PASSES + 1)  # the ski-rental rule
+    warmup.decoded(COMPILE_REPAID_PASSES - 1, COMPILE_REPAID_PASSES - 1)
+    assert warmup.passes_ahead == warmup.plain_steps_ahead == 0
+    warmup.expect(COMPILE_REPAID_PASSES * TOKENS_PER_DRAFTED_PASS, drafted=True)  # its plain steps are not known
+    assert warmup.compile_after == 0 and warmup.compiles(1) and not runtime.screens()
+    runtime.decoder.start(runtime.encode(random_mel(0, dtype=torch.float32)).hidden)
+    runtime.decoder.forward(torch.tensor([[50257]]))
+    assert runtime.decoder.single_row_passes  # compiled at its first pass
+    warmup.expect(SCREEN_AFTER_STEPS, drafted=False)
     assert runtime.screens() and "screened_head" in runtime.__dict__
 
 

@@ -114,19 +114,19 @@ def test_told_the_work_ahead_it_builds_at_once_what_that_work_repays_and_no_more
     world = {"dear": (1.0, 0.0008)}
     built = []
     selector = selector_with(built)
-    selector.expect(200)  # ~0.46 plain steps saved a token: 92 of them ahead, for 30 to build it
+    selector.warmup.expect(200, drafted=True)  # ~0.46 plain steps saved a token: 92 of them ahead, for 30 to build it
     assert simulate(selector, 10, world) == ["dear"] * 10 and built
     built = []
     selector = selector_with(built)
-    selector.expect(40)  # 18 steps saved ahead: renting as before (the ski rental)
+    selector.warmup.expect(40, drafted=True)  # 18 steps saved ahead: renting as before (the ski rental)
     assert simulate(selector, 20, world) == [None] * 20 and not built
     # what has been emitted is no longer ahead (10 rounds of 3 drafted tokens right and one of the
     # target's), and inputs add up
     selector = selector_with([])
-    selector.expect(100)
+    selector.warmup.expect(100, drafted=True)
     simulate(selector, 10, world)
-    selector.expect(30)
-    assert selector.tokens_ahead == 100 - 10 * 4 + 30
+    selector.warmup.expect(30, drafted=True)
+    assert selector.warmup.tokens_ahead == 100 - 10 * 4 + 30
 
 
 def test_a_long_input_measures_a_candidate_never_measured_once_it_has_probed_the_others():
@@ -135,7 +135,7 @@ def test_a_long_input_measures_a_candidate_never_measured_once_it_has_probed_the
     # `probe_every` instead of round 37
     selector = SelectingDrafter([candidate("hyped", acceptance=0.9, step_cost=0.1),
                                  candidate("modest", acceptance=0.2, step_cost=0.1, build_cost=5)])
-    selector.expect(400)
+    selector.warmup.expect(400, drafted=True)
     chosen = simulate(selector, 40, {"hyped": (0.4, 0.004), "modest": (1.0, 0.001)})
     assert chosen.index("modest") + 1 == selector.probe_every and chosen[-20:] == ["modest"] * 20
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from whisperspec.evaluation.systems import parse_system_spec
-from whisperspec.spec import SpecError, parse_lookahead
+from whisperspec.spec import LookaheadSpec, SpecError, parse_lookahead
 from whisperspec.speculative.lookahead import Confidence, CostModel, Fixed, Heuristic, make_lookahead
 from whisperspec.textlm.generate import parse_text_draft
 from whisperspec.whisper.drafters import parse_draft_spec
@@ -25,7 +25,8 @@ from whisperspec.whisper.drafters import parse_draft_spec
 ])
 def test_whisper_draft_specs(text, kind, argument, model, lookahead):
     spec = parse_draft_spec(text)
-    assert (spec.kind, spec.argument, spec.model, spec.lookahead) == (kind, argument, model, lookahead)
+    assert (spec.kind, spec.argument, spec.model) == (kind, argument, model)
+    assert (spec.lookahead and str(spec.lookahead)) == lookahead  # parsed once, into a LookaheadSpec
     assert str(spec) == text  # written back as given
 
 
@@ -62,14 +63,18 @@ def test_lookahead_policies():
     assert isinstance(make_lookahead("heuristic:2"), Heuristic) and make_lookahead("heuristic:2").k() == 2
     assert make_lookahead("confidence:0.3").min_confidence == 0.3
     assert isinstance(make_lookahead("cost"), CostModel)
-    assert parse_lookahead(" confidence:0.40 ") == "confidence:0.4"
+    assert parse_lookahead(" confidence:0.40 ") == LookaheadSpec("confidence", 0.4)
+    assert str(parse_lookahead("confidence:0.40")) == "confidence:0.4"
+    assert parse_lookahead("7") == LookaheadSpec("fixed", 7) and parse_lookahead("cost") == LookaheadSpec("cost")
+    assert make_lookahead(LookaheadSpec("heuristic", 6)).k() == 6
     with pytest.raises(SpecError):
         make_lookahead("fast")
 
 
 def test_evaluate_system_specs():
     spec = parse_system_spec("whisperspec:auto@confidence:0.4")
-    assert (spec.system, spec.draft.kind, spec.draft.lookahead) == ("whisperspec", "auto", "confidence:0.4")
+    assert (spec.system, spec.draft.kind, spec.draft.lookahead) == ("whisperspec", "auto",
+                                                                    LookaheadSpec("confidence", 0.4))
     assert parse_system_spec("whisperspec-int8:int8:8192@6").draft.argument == 8192
     assert not parse_system_spec("whisperspec:none").draft.drafts
     assert parse_system_spec("whisperspec").draft.kind == "auto"  # the default, as the CLI's

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tiny_models import random_mel, tiny_runtime, tiny_whisper
+from whisperspec.speculative.warmup import WarmUp
 from whisperspec import defaults
 from whisperspec.models.draft_layout import draft_from_main
 from whisperspec.kernels.packed_linear import packed_copy
@@ -145,7 +146,7 @@ def test_the_compiled_single_row_pass_is_the_eager_pass_bit_for_bit(dtype):
     window = runtime.encode(random_mel(0, dtype=dtype))
     feeds = [[50257, 50362], [440], [262, 13, 314], [11]]
     for decoder, head in ((runtime.decoder, None), (draft.decoder, draft.head)):
-        decoder.compile_after = 0  # the first pass is already compiled
+        decoder.warmup = WarmUp(compile_after=0)  # the first pass is already compiled
         runs = []
         for compiled in (False, True):
             decoder.single_row_passes.clear()
@@ -168,7 +169,7 @@ def test_logits_of_the_last_positions_only_are_those_of_the_whole_pass(compiled)
     (eager and compiled) and a batch."""
     runtime = tiny_runtime(0, dtype=torch.float32)
     decoder = runtime.decoder
-    decoder.compile_after = 0 if compiled else 10**9
+    decoder.warmup = WarmUp(compile_after=0 if compiled else None)
     hidden = runtime.encode(random_mel(0, batch=2, dtype=torch.float32)).hidden
     prompt = [50360, *range(300, 340), 50257, 50362, 440]
     for rows in (hidden[:1], hidden):
@@ -197,7 +198,7 @@ def test_the_fused_decoder_layer_is_the_plain_one_bit_for_bit():
     hidden = runtime.encode(random_mel(6, batch=2, dtype=torch.float32)).hidden
     runs = []
     for decoder in (plain, fused):
-        decoder.compile_after = 1  # one-row passes after the first run compiled
+        decoder.warmup = WarmUp(compile_after=1)  # one-row passes after the first run compiled
         decoder.start(hidden)
         outputs = [decoder.forward(torch.tensor([[50257, 50362, 440], [50257, 50362, 11]])),
                    decoder.forward(torch.tensor([[262], [13]]))]
@@ -347,14 +348,14 @@ def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
 
 def test_auto_builds_its_model_candidates_compiled_from_their_first_pass():
     """Measured eager, a seldom-chosen candidate would look dearer than it is and never run the
-    passes that would compile it (`auto.compiled_at_once`)."""
+    passes that would compile it (`auto_candidates`)."""
     from whisperspec.whisper.drafters.auto import auto_drafter
 
     runtime = tiny_runtime(0, dtype=torch.float32)
     auto = auto_drafter(runtime)
     int8 = auto.candidates["int8"].make()
-    assert int8.model.decoder.compile_after == 0
-    assert make_drafter("int8", runtime).model.decoder.compile_after > 0  # asked for alone: the usual rule
+    assert int8.model.decoder.warmup.compiles(1)
+    assert not make_drafter("int8", runtime).model.decoder.warmup.compiles(1)  # asked for alone: the usual rule
 
 
 def test_a_distilled_draft_reuses_the_keys_and_values_of_the_main_layers_it_copied():
@@ -476,14 +477,14 @@ def test_long_form_with_a_drafter_matches_plain(tmp_path):
     audio = np.random.default_rng(0).normal(0, 0.1, 16000 * 61).astype(np.float32)
     options = dict(language="en", temperature=0, timestamps=True)
     plain = Transcriber(str(tmp_path), **options).transcribe(audio)
-    assert plain.stats["windows"] >= 3
+    assert plain.stats.windows >= 3
     for draft in ("ngram", "early-exit:2", "int8", "auto", "switching"):
         transcriber = Transcriber(str(tmp_path), draft="auto" if draft == "switching" else draft, lookahead="3", **options)
         if draft in ("auto", "switching"):
             transcriber.drafter = build_drafter(draft, transcriber.runtime, 0)
         fast = transcriber.transcribe(audio)
         assert [(s.start, s.end, s.tokens) for s in fast.segments] == [(s.start, s.end, s.tokens) for s in plain.segments]
-        assert fast.stats["speculation"]["accepted"] > 0, draft
+        assert fast.stats.speculation.accepted > 0, draft
 
 
 def test_cost_model_stops_drafting_when_it_does_not_pay_and_probes_again():

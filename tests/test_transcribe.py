@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 from pathlib import Path
 
@@ -36,7 +38,8 @@ def with_drafter(plain: Transcriber, draft: str, lookahead: str) -> Transcriber:
     speculative = Transcriber.__new__(Transcriber)
     speculative.__dict__.update(plain.__dict__)
     drafter = make_drafter(draft, plain.runtime)
-    speculative.drafter, speculative.draft = drafter, parse_draft_spec(draft, lookahead)
+    speculative.drafter = drafter
+    speculative.options = replace(plain.options, draft=parse_draft_spec(draft, lookahead))
     return speculative
 
 
@@ -51,9 +54,9 @@ def test_bundled_sample_is_transcribed_correctly(base):
     result = base.transcribe(ROOT / "data" / "sample.flac")
     reference = (ROOT / "data" / "sample.txt").read_text()
     assert score([reference], [result.text], "en").wer == 0, result.text
-    assert result.language == "en" and result.segments and result.stats["tokens"] > 5
+    assert result.language == "en" and result.segments and result.stats.tokens > 5
     # the default compute type, as resolved for this processor, and said where --stats prints
-    assert result.stats["compute_type"] == resolve_compute_type("auto") == base.runtime.compute_type
+    assert result.stats.compute_type == resolve_compute_type("auto") == base.runtime.compute_type
     assert dict(result.stats_rows())["encoder"].endswith(f"ms ({base.runtime.compute_type})")
 
 
@@ -87,8 +90,7 @@ def test_speculative_output_is_identical_on_real_speech(base, draft):
         plain = base.transcribe(CLIPS / f"{clip}.flac")
         fast = speculative.transcribe(CLIPS / f"{clip}.flac")
         assert [s.tokens for s in fast.segments] == [s.tokens for s in plain.segments], clip
-    assert fast.stats["speculation"]["acceptance_rate"] >= MIN_ACCEPTANCE[draft]
-    print(draft, fast.stats["speculation"])
+    assert fast.stats.speculation.acceptance_rate >= MIN_ACCEPTANCE[draft]
 
 
 @pytest.mark.parametrize("compute_type", ["int8", "bfloat16"])
@@ -102,7 +104,7 @@ def test_a_faster_compute_type_transcribes_and_drafting_keeps_its_tokens(compute
         expected = plain.transcribe(CLIPS / f"{clip}.flac")
         fast = speculative.transcribe(CLIPS / f"{clip}.flac")
         assert [s.tokens for s in fast.segments] == [s.tokens for s in expected.segments], clip
-    assert fast.stats["speculation"]["acceptance_rate"] >= MIN_ACCEPTANCE["trained"]
+    assert fast.stats.speculation.acceptance_rate >= MIN_ACCEPTANCE["trained"]
 
 
 def test_auto_chooses_among_the_drafters_the_model_has(base):
@@ -128,7 +130,7 @@ def test_long_form_segments_follow_the_audio(base, tmp_path):
     path = tmp_path / "long.flac"
     sf.write(path, audio, 16000)
     result = base.transcribe(path)
-    assert result.duration > 60 and result.stats["windows"] >= 3
+    assert result.duration > 60 and result.stats.windows >= 3
     starts = [s.start for s in result.segments]
     assert starts == sorted(starts) and result.segments[-1].end <= result.duration + 1
     assert all(s.end >= s.start for s in result.segments)
@@ -137,7 +139,7 @@ def test_long_form_segments_follow_the_audio(base, tmp_path):
     # the trained draft drafts without the previous-text prompt the later windows carry
     fast = with_drafter(base, "auto", "3").transcribe(path)
     assert [(s.start, s.end, s.tokens) for s in fast.segments] == [(s.start, s.end, s.tokens) for s in result.segments]
-    assert fast.stats["speculation"]["acceptance_rate"] > 0.3
+    assert fast.stats.speculation.acceptance_rate > 0.3
 
 
 def test_tiny_en_transcribes(tmp_path):
@@ -190,6 +192,14 @@ def test_odd_but_valid_inputs_and_silence(base, tmp_path):
     sf.write(tmp_path / "silence.wav", np.zeros(16000 * 5, dtype=np.float32), 16000)
     silent = base.transcribe(tmp_path / "silence.wav")
     assert (silent.text, silent.segments, silent.duration) == ("", [], 5.0)
+    # silence has the stats every input has: nothing decoded, read the same way (the demo shows them)
+    assert silent.stats.to_dict().keys() == result.stats.to_dict().keys()
+    assert silent.stats.silent and (silent.stats.decoder_ms, silent.stats.tokens, silent.stats.windows) == (0, 0, 0)
+    assert result.stats.decoder_ms > 0 and not result.stats.silent
+    assert [name for name, _ in silent.stats_rows()] == [name for name, _ in result.stats_rows()]
+    from whisperspec.demo.app import stats_markdown
+
+    assert "decoder" in stats_markdown(silent, plain=silent)
     with pytest.raises(AudioError, match="audio array"):
         base.transcribe(np.full(16000, np.nan, dtype=np.float32))
 

@@ -3,6 +3,8 @@ the package's own; only speech is transcribed and its times are those of the ori
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import copy
 import json
 from pathlib import Path
@@ -89,8 +91,8 @@ def test_speech_between_long_noisy_pauses_gives_the_same_words_at_the_original_t
     path = tmp_path / "pauses.flac"
     sf.write(path, np.concatenate([*pieces, pauses[-1]]), SAMPLE_RATE)
     result = with_vad.transcribe(path)
-    assert result.duration > 30 and result.stats["vad"]["regions"] == 3
-    assert dict(result.stats_rows())["VAD"].endswith("ms") and 11 < result.stats["vad"]["speech_s"] < 17
+    assert result.duration > 30 and result.stats.vad.regions == 3
+    assert dict(result.stats_rows())["VAD"].endswith("ms") and 11 < result.stats.vad.speech_s < 17
 
     # corpus mode (windows of several files batched) gives the same segments
     batched = [r.transcription for r in with_vad.transcribe_many([str(path), str(path)], batch_size=2)]
@@ -100,7 +102,7 @@ def test_speech_between_long_noisy_pauses_gives_the_same_words_at_the_original_t
     # the words of the speech alone (joined with short pauses, no noise, no VAD), but for a word or
     # two: Whisper hears the 0.4 s of noise VAD keeps around each region
     plain = copy.copy(with_vad)
-    plain.speech_detector = None
+    plain.speech_detector, plain.options = None, replace(with_vad.options, vad=None)
     joined = tmp_path / "joined.flac"
     pause = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
     sf.write(joined, np.concatenate([x for name in names for x in (clip(name), pause)]), SAMPLE_RATE)
@@ -130,6 +132,6 @@ def test_noise_without_speech_gives_an_empty_result(with_vad, tmp_path):
     path = tmp_path / "room.flac"
     sf.write(path, noise(12, 7, level=0.01), SAMPLE_RATE)
     result = with_vad.transcribe(path)
-    assert result.text == "" and result.segments == [] and result.stats["vad"]["regions"] == 0
+    assert result.text == "" and result.segments == [] and result.stats.vad.regions == 0
     silent = with_vad.transcribe(np.zeros(10 * SAMPLE_RATE, dtype=np.float32))
     assert silent.text == "" and silent.segments == []

@@ -12,7 +12,9 @@ import importlib
 
 _EXPORTS = {
     "Transcriber": "whisperspec.transcribe",
+    "TranscriptionOptions": "whisperspec.options",
     "Transcription": "whisperspec.result",
+    "TranscriptionStats": "whisperspec.result",
     "Segment": "whisperspec.result",
     "Word": "whisperspec.result",
     "TranscriptionInfo": "whisperspec.result",

@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 from whisperspec import defaults, options, process
-from whisperspec.cli_parity import add_parity_options, hyphenated, parity_settings
+from whisperspec.cli_parity import add_parity_options, hyphenated, transcription_options
 from whisperspec.spec import SpecError
 
 
@@ -111,12 +111,12 @@ def _add_transcribe(commands) -> None:
     p.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3, ...), folders (searched recursively), "
                                             "globs, or manifests (.jsonl/.csv with audio[,language,id]; .txt)")
     p.add_argument("--model", default=defaults.MODEL, help="base, tiny.en, a faster-whisper/transformers dir or hub id")
-    p.add_argument("--compute-type", choices=("auto", "float32", "bfloat16", "int8"), default=defaults.COMPUTE_TYPE,
+    p.add_argument("--compute-type", choices=options.COMPUTE_TYPES, default=defaults.COMPUTE_TYPE,
                    help="how the encoder runs, as faster-whisper's: auto (default) is bfloat16 on processors "
                         "with AMX or AMD's AVX-512 BF16 (the decoder too with AMX), float32 elsewhere; "
                         "speculation and batching stay exact for any")
     p.add_argument("--language", default=None, help="language code or name (default: detect)")
-    p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    p.add_argument("--task", choices=options.TASKS, default=options.TASKS[0])
     p.add_argument("--timestamps", action="store_true", help="decode timestamps (segments with times)")
     p.add_argument("--output-dir", "-o", type=Path, default=None,
                    help="write result files here (default: none, unless --format is given: then here)")
@@ -135,7 +135,7 @@ def _add_transcribe(commands) -> None:
     p.add_argument("--temperature", default=None,
                    help="openai-whisper's: the temperature to start from (default 0: greedy), raised by "
                         "--temperature-increment-on-fallback while a window's text fails the fallback thresholds")
-    p.add_argument("--sampling", choices=("coupled", "residual"), default="coupled",
+    p.add_argument("--sampling", choices=options.SAMPLING, default=options.SAMPLING[0],
                    help="at temperature > 0: coupled (the same text with or without a draft) or residual")
     p.add_argument("--initial-prompt", "--prompt", default=None, help="text the first window continues")
     p.add_argument("--stats", action="store_true", help="print acceptance, passes, tokens/s and the time split")
@@ -186,9 +186,12 @@ def _run_transcribe(args) -> int:
         print(f"whisperspec: --format {args.format!r}: use one or more of {', '.join(WRITERS)}, comma-separated, "
               "or all", file=sys.stderr)
         return 2
-    try:  # every option is checked before the model loads
-        settings = parity_settings(args)
-    except ValueError as error:
+    try:  # every option is checked before anything is made or loaded
+        built = transcription_options(args)
+    except SpecError as error:
+        print(f"whisperspec: --draft: {error}", file=sys.stderr)
+        return 2
+    except ValueError as error:  # each names the option
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
     if args.format is not None and not args.output_dir:  # openai-whisper writes the files asked for here
@@ -204,13 +207,8 @@ def _run_transcribe(args) -> int:
     # transformers' per-tensor "Loading weights" bar, where a model loads through it (a hub id);
     # set in the environment: importing transformers to switch it off would cost the start-up
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    options = dict(model=args.model, compute_type=args.compute_type, draft=args.draft, lookahead=args.lookahead,
-                   language=args.language, task=args.task, timestamps=args.timestamps,
-                   initial_prompt=args.initial_prompt, sampling=args.sampling,
-                   word_timestamps=args.word_timestamps, prepend_punctuations=args.prepend_punctuations,
-                   append_punctuations=args.append_punctuations, online_learning=args.online_learning, **settings)
-    try:  # every option is checked before the model loads
-        engine = corpus_engine(options, args)
+    try:
+        engine = corpus_engine(built, args)
     except SpecError as error:
         print(f"whisperspec: --draft: {error}", file=sys.stderr)
         return 2

@@ -1,15 +1,17 @@
 """`whisperspec transcribe`'s options from openai-whisper's command line and faster-whisper's
 `transcribe()` (docs/CLI-PARITY.md maps them all): spelled with underscores too, booleans as
 True / False, None to turn a threshold off, openai-whisper's temperature schedule. Every value is
-checked here or by `Transcriber` before a model loads (`whisperspec.options`)."""
+checked before a model loads, as they are built into `TranscriptionOptions`."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import warnings
 
 from whisperspec import defaults, options
+from whisperspec.options import TranscriptionOptions
 
 VAD_OPTIONS = ("threshold", "min_speech_duration_ms", "max_speech_duration_s", "min_silence_duration_ms",
                "speech_pad_ms")
@@ -105,9 +107,11 @@ def add_parity_options(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--device", metavar="cpu", default="cpu", help="cpu: whisperspec runs on the CPU")
 
 
-def parity_settings(args: argparse.Namespace) -> dict:
-    """The `Transcriber` arguments these options give, checked (a ValueError names the option);
-    the process-wide ones (threads, model folder) applied. `args.verbose` becomes a bool or None."""
+def transcription_options(args: argparse.Namespace) -> TranscriptionOptions:
+    """The command line's options, built: every `TranscriptionOptions.build` argument the parser
+    has under the same name, with openai-whisper's spellings (True / False, a temperature and its
+    increment, --vad-filter) turned into ours. A SpecError or ValueError names a bad one. The
+    process-wide options (threads, model folder) are applied; `args.verbose` becomes a bool or None."""
     import torch
 
     if str(args.suppress_tokens).strip() != "-1":
@@ -132,16 +136,15 @@ def parity_settings(args: argparse.Namespace) -> dict:
     if beam_size > 1 and args.draft not in (defaults.DRAFT, "none"):
         warnings.warn(f"--draft {args.draft} drafts only windows decoded by sampling (fallback): beam search "
                       "(--beam-size > 1) is not drafted")
-    settings = dict(
-        temperature=options.temperature_schedule(args.temperature, args.temperature_increment_on_fallback),
-        compression_ratio_threshold=args.compression_ratio_threshold, logprob_threshold=args.logprob_threshold,
-        no_speech_threshold=args.no_speech_threshold, beam_size=beam_size, patience=args.patience,
-        length_penalty=args.length_penalty, best_of=args.best_of, hotwords=args.hotwords,
-        condition_on_previous_text=options.boolean("condition on previous text", args.condition_on_previous_text),
-        carry_initial_prompt=options.boolean("carry initial prompt", args.carry_initial_prompt),
-        vad=vad, chunked=args.chunked, vad_parameters=vad_parameters)
+    named = {name: getattr(args, name) for name in inspect.signature(TranscriptionOptions.build).parameters
+             if getattr(args, name, None) is not None}
+    built = TranscriptionOptions.build(**{
+        **named, "beam_size": beam_size, "vad": vad, "vad_parameters": vad_parameters,
+        "temperature": options.temperature_schedule(args.temperature, args.temperature_increment_on_fallback),
+        "condition_on_previous_text": options.boolean("condition on previous text", args.condition_on_previous_text),
+        "carry_initial_prompt": options.boolean("carry initial prompt", args.carry_initial_prompt)})
     if threads:
         torch.set_num_threads(threads)
     if args.model_dir:
         os.environ["WHISPERSPEC_CACHE"] = str(args.model_dir)
-    return settings
+    return built

@@ -1,16 +1,128 @@
-"""Transcription options checked before any model loads: each bad value is one ValueError line that
-names the option and says what it accepts (the drafter spec has its own grammar: `whisperspec.spec`)."""
+"""Transcription options, checked before any model loads: `TranscriptionOptions`, the one object
+`Transcriber`, the CLI, evaluate, bench and the demo build, and the checks it is built with. Each
+bad value is one ValueError line that names the option and says what it accepts (the drafter spec
+has its own grammar: `whisperspec.spec`)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from whisperspec import defaults
-from whisperspec.spec import is_model_name
+from whisperspec.spec import DraftSpec, is_model_name
 
+if TYPE_CHECKING:
+    from whisperspec.vad import VadOptions
+    from whisperspec.whisper.decode import DecodeOptions
+
+# The choices of the options that take one (the CLI's `choices=` are these)
+COMPUTE_TYPES = ("auto", "float32", "int8", "bfloat16")  # faster-whisper's names (`whisper.model.resolve_compute_type`)
 TASKS = ("transcribe", "translate")
 SAMPLING = ("coupled", "residual")  # at temperature > 0 (see `whisperspec.whisper.decode.DecodeOptions`)
 ONLINE_LEARNING = ("off", "on")  # a trained draft keeps learning while it transcribes (`whisper.drafters.online`)
+
+
+def _default_decode_options() -> "DecodeOptions":
+    from whisperspec.whisper.decode import DecodeOptions
+
+    return DecodeOptions()
+
+
+@dataclass(frozen=True)
+class TranscriptionOptions:
+    """How inputs are transcribed: every option, checked (`build`). `decode` holds what each 30-s
+    window is decoded with (`whisperspec.whisper.decode.DecodeOptions`); the rest says what is read,
+    which drafter runs and how windows follow one another. Frozen: a change is a new object
+    (`dataclasses.replace`), so no option moves under a transcription that is running."""
+
+    model: str = defaults.MODEL
+    compute_type: str = defaults.COMPUTE_TYPE
+    draft: DraftSpec = DraftSpec(defaults.DRAFT)
+    decode: "DecodeOptions" = field(default_factory=_default_decode_options)
+    condition_on_previous_text: bool = True
+    initial_prompt: str | None = None
+    carry_initial_prompt: bool = False
+    hotwords: str | None = None
+    vad: "VadOptions | None" = None  # None: every sample is decoded; else only the speech this finds
+    chunked: bool = False
+    batch_size: int = defaults.BATCH_SIZE
+    word_timestamps: bool = False
+    prepend_punctuations: str = defaults.PREPEND_PUNCTUATIONS
+    append_punctuations: str = defaults.APPEND_PUNCTUATIONS
+    online_learning: bool = False
+    progress: bool = False
+
+    @classmethod
+    def build(cls, model: str = defaults.MODEL, *, compute_type: str = defaults.COMPUTE_TYPE,
+              draft: str | DraftSpec | None = None, lookahead: str | int | None = None, language: str | None = None,
+              task: str = "transcribe", timestamps: bool = False, temperature=None,
+              condition_on_previous_text: bool = True, initial_prompt: str | None = None,
+              carry_initial_prompt: bool = False, hotwords: str | None = None,
+              compression_ratio_threshold: float | None = defaults.COMPRESSION_RATIO_THRESHOLD,
+              logprob_threshold: float | None = defaults.LOGPROB_THRESHOLD,
+              no_speech_threshold: float | None = defaults.NO_SPEECH_THRESHOLD, beam_size: int = defaults.BEAM_SIZE,
+              patience: float | None = None, length_penalty: float | None = defaults.LENGTH_PENALTY,
+              best_of: int = defaults.BEST_OF, vad: bool = False, vad_parameters=None, progress: bool = False,
+              seed: int = 0, sampling: str = "coupled", word_timestamps: bool = False,
+              prepend_punctuations: str = defaults.PREPEND_PUNCTUATIONS,
+              append_punctuations: str = defaults.APPEND_PUNCTUATIONS,
+              online_learning: str = defaults.ONLINE_LEARNING, chunked: bool = False,
+              batch_size: int = defaults.BATCH_SIZE) -> "TranscriptionOptions":
+        """The options of these arguments (faster-whisper's and openai-whisper's names), each
+        checked without loading anything: a SpecError or ValueError names the bad one.
+
+        model: "base" / "tiny.en" (embedded), a faster-whisper (CTranslate2) dir, a transformers
+        dir or hub id. compute_type: one of COMPUTE_TYPES (`whisper.model.resolve_compute_type`).
+        draft: `DRAFT[@LOOKAHEAD]` (`whisperspec.whisper.drafters`): "none" for plain greedy,
+        "auto", "auto@5", ...; lookahead: the same as "@LOOKAHEAD", as a separate argument.
+        temperature: None for openai-whisper's fallback schedule (0, 0.2, ... 1.0), a number for
+        one fixed temperature, or a sequence of them (faster-whisper's). sampling (at temperature
+        > 0): "coupled", the same tokens with or without a draft, or "residual" (`DecodeOptions`).
+        compression_ratio_threshold, logprob_threshold, no_speech_threshold: openai-whisper's
+        (None turns a check off). beam_size > 1: beam search at temperature 0 (patience,
+        length_penalty as openai-whisper's), where nothing is drafted; best_of: samples per window
+        at temperature > 0, the likeliest kept.
+        initial_prompt: text the first window continues (every window with carry_initial_prompt);
+        hotwords: text put ahead of every window's prompt (faster-whisper's).
+        vad: transcribe only the speech Silero VAD finds (faster-whisper's vad_filter), with
+        vad_parameters (a dict of `whisperspec.vad.VadOptions` fields, or one).
+        chunked: a long input's speech is cut into independent chunks of at most 30 s, decoded
+        together in batches of `batch_size` (faster-whisper's BatchedInferencePipeline: no
+        previous-text prompt, one segment per chunk, each decoded once at the first temperature;
+        `whisperspec.whisper.chunked`); implies VAD, whose regions are split at 30 s and end after
+        160 ms of silence unless vad_parameters say otherwise. batch_size: windows decoded together
+        (a chunked input's chunks; the files of `Transcriber.transcribe_many`).
+        word_timestamps: each segment gets its words with start, end and probability
+        (`whisperspec.whisper.alignment`); prepend_punctuations / append_punctuations join the
+        word after / before them. online_learning: "on", a trained draft keeps learning from what
+        the main model verifies (docs/ONLINE.md), or "off"; the transcript is the same either way.
+        progress: a progress bar over a long input.
+        """
+        from whisperspec.whisper.decode import DecodeOptions
+        from whisperspec.whisper.drafters import parse_draft_spec
+
+        spec = parse_draft_spec(draft, lookahead)
+        temperature = temperatures(temperature)
+        decode = DecodeOptions(
+            task=check_task(task, model), language=language_code(language), timestamps=bool(timestamps), seed=seed,
+            sampling=one_of("sampling", sampling, SAMPLING),
+            temperatures=DecodeOptions.temperatures if temperature is None else temperature,
+            **thresholds(compression_ratio_threshold, logprob_threshold, no_speech_threshold),
+            **search(beam_size, patience, length_penalty, best_of))
+        if chunked and timestamps:
+            raise ValueError("chunked: each chunk is decoded as one segment, without timestamps "
+                             "(word timestamps split it finer)")
+        return cls(model=check_model(model), compute_type=one_of("compute type", compute_type, COMPUTE_TYPES),
+                   draft=spec, decode=decode, condition_on_previous_text=bool(condition_on_previous_text),
+                   initial_prompt=initial_prompt, carry_initial_prompt=bool(carry_initial_prompt), hotwords=hotwords,
+                   vad=(vad_options(chunk_vad_options(vad_parameters) if chunked else vad_parameters)
+                        if vad or chunked else None),
+                   chunked=bool(chunked), batch_size=whole_number("batch size", batch_size),
+                   word_timestamps=bool(word_timestamps), prepend_punctuations=prepend_punctuations,
+                   append_punctuations=append_punctuations,
+                   online_learning=one_of("online learning", online_learning, ONLINE_LEARNING) == "on",
+                   progress=bool(progress))
 
 
 def one_of(option: str, value, accepted: tuple) -> str:

@@ -3,7 +3,9 @@ the time went. The segment fields are faster-whisper's, so code written for its 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from whisperspec.speculative.stats import SpeculationStats
 
 
 @dataclass
@@ -41,12 +43,63 @@ class TranscriptionInfo:
 
 
 @dataclass
+class VadStats:
+    """What voice activity detection kept of an input (`--vad`, `--chunked`)."""
+
+    ms: float  # time spent finding the speech
+    regions: int  # speech regions found
+    speech_s: float  # seconds of speech kept (what was decoded)
+
+
+@dataclass
+class TranscriptionStats:
+    """Where the time went and how drafting did: the same fields for every input, silent audio
+    included (nothing decoded: zero windows, tokens and decoder time)."""
+
+    compute_type: str = ""  # the encoder's (`--compute-type`, resolved)
+    decoder_compute_type: str = ""  # the main decoder's
+    load_ms: float = 0.0  # loading the model and drafter (once per transcriber)
+    features_ms: float = 0.0  # reading the audio, VAD and the log-mel features
+    encoder_ms: float = 0.0
+    decoder_ms: float = 0.0  # everything after the encoder: decoding, drafting, timestamps and words
+    silent: bool = False  # nothing to decode: silence, or too short to hold a word
+    windows: int = 0  # 30-s windows (or chunks) decoded
+    tokens: int = 0  # tokens decoded (timestamps included)
+    beam_size: int = 1  # > 1: windows at temperature 0 were decoded by beam search (not drafted)
+    temperatures: list[float] = field(default_factory=list)  # each window's, after any fallback
+    window_acceptance: list[float] = field(default_factory=list)  # each window's share of drafted tokens kept
+    speculation: SpeculationStats = field(default_factory=SpeculationStats)  # over all windows
+    vad: VadStats | None = None  # with VAD only
+
+    def add_ms(self, part: str, seconds: float) -> None:
+        """Add `seconds` to the time of `part` ("encoder" or "decoder")."""
+        name = f"{part}_ms"
+        setattr(self, name, getattr(self, name) + seconds * 1e3)
+
+    def to_dict(self) -> dict:
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("speculation", "vad")},
+                "speculation": self.speculation.to_dict(), "vad": asdict(self.vad) if self.vad else None}
+
+    def rows(self, duration: float) -> list[tuple[str, str]]:
+        """These stats of `duration` seconds of audio as (measure, value) rows for people to read."""
+        decode_s = self.decoder_ms / 1e3
+        return [("audio", f"{duration:.2f} s"), ("features", f"{self.features_ms:.0f} ms"),
+                ("encoder", f"{self.encoder_ms:.0f} ms" + (f" ({self.compute_type})" if self.compute_type else "")),
+                ("decoder", f"{self.decoder_ms:.0f} ms"
+                 + (f" ({self.decoder_compute_type})" if self.decoder_compute_type else "")),
+                ("tokens", str(self.tokens)), ("tokens/s", f"{self.tokens / decode_s:.1f}" if decode_s else "-"),
+                *([("beam", f"{self.beam_size} (not drafted)")] if self.beam_size > 1 else []),
+                *([("VAD", f"{self.vad.speech_s:.1f} s of speech kept, {self.vad.ms:.0f} ms")] if self.vad else []),
+                *self.speculation.rows()]
+
+
+@dataclass
 class Transcription:
     text: str
     segments: list[Segment]
     language: str | None
     duration: float  # seconds of audio
-    stats: dict = field(default_factory=dict)  # load/features/encoder/decoder ms, tokens, drafting stats
+    stats: TranscriptionStats = field(default_factory=TranscriptionStats)
     source: str | None = None  # file name, when transcribed from a file
     language_probability: float | None = None  # see TranscriptionInfo
 
@@ -55,21 +108,8 @@ class Transcription:
         return TranscriptionInfo(self.language, self.language_probability, self.duration)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(replace(self, stats=None)), "stats": self.stats.to_dict()}
 
     def stats_rows(self) -> list[tuple[str, str]]:
         """Where the time went and how drafting did, as (measure, value) rows for people to read."""
-        from whisperspec.speculative.stats import speculation_rows
-
-        stats = self.stats
-        decode_s, tokens = stats.get("decoder_ms", 0) / 1e3, stats.get("tokens", 0)
-        compute_type = f" ({stats['compute_type']})" if "compute_type" in stats else ""
-        decoder_type = f" ({stats['decoder_compute_type']})" if "decoder_compute_type" in stats else ""
-        return [("audio", f"{self.duration:.2f} s"), ("features", f"{stats.get('features_ms', 0):.0f} ms"),
-                ("encoder", f"{stats.get('encoder_ms', 0):.0f} ms{compute_type}"),
-                ("decoder", f"{stats.get('decoder_ms', 0):.0f} ms{decoder_type}"),
-                ("tokens", str(tokens)), ("tokens/s", f"{tokens / decode_s:.1f}" if decode_s else "-"),
-                *([("beam", f"{stats['beam_size']} (not drafted)")] if "beam_size" in stats else []),
-                *([("VAD", f"{stats['vad']['speech_s']:.1f} s of speech kept, {stats['vad']['ms']:.0f} ms")]
-                  if "vad" in stats else []),
-                *speculation_rows(stats.get("speculation", {}))]
+        return self.stats.rows(self.duration)

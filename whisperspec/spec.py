@@ -40,6 +40,21 @@ class DrafterKind:
 
 
 @dataclass(frozen=True)
+class LookaheadSpec:
+    """A parsed LOOKAHEAD: `policy` "fixed" (`value` K), "heuristic" (`value` its first K),
+    "confidence" (`value` the threshold T) or "cost"; `value` None is the policy's own default.
+    `whisperspec.speculative.lookahead.make_lookahead` builds the policy it names."""
+
+    policy: str
+    value: int | float | None = None
+
+    def __str__(self) -> str:  # as written in a spec, canonical
+        if self.policy == "fixed":
+            return str(self.value)
+        return self.policy if self.value is None else f"{self.policy}:{self.value:g}"
+
+
+@dataclass(frozen=True)
 class DraftSpec:
     """A parsed `DRAFT[@LOOKAHEAD]`. `kind` is one of the caller's kinds, or "model" (a model by
     name, folder or hub id, `argument` its head size) or "file" (a trained draft file)."""
@@ -47,7 +62,7 @@ class DraftSpec:
     kind: str
     argument: int | None = None
     model: str | None = None  # for kind "model" / "file"
-    lookahead: str | None = None  # canonical LOOKAHEAD, None for the default
+    lookahead: LookaheadSpec | None = None  # None: the caller's default
 
     @property
     def drafter(self) -> str:
@@ -118,26 +133,28 @@ def is_model_name(text: str, embedded: Iterable[str] = ()) -> bool:
     return text in embedded or Path(text).expanduser().exists() or bool(HUB_ID.match(text))
 
 
-def parse_lookahead(text: str | int) -> str:
-    """`K`, `heuristic[:K]`, `confidence[:T]` or `cost`, checked; returned in canonical form."""
+def parse_lookahead(text: str | int | LookaheadSpec) -> LookaheadSpec:
+    """`K`, `heuristic[:K]`, `confidence[:T]` or `cost`, checked."""
+    if isinstance(text, LookaheadSpec):
+        return text
     text = str(text).strip()
     name, colon, argument = text.partition(":")
     if name.isdigit() and not colon:
-        return str(_whole_number(name, "lookahead K", maximum=MAX_LOOKAHEAD))
+        return LookaheadSpec("fixed", _whole_number(name, "lookahead K", maximum=MAX_LOOKAHEAD))
     if name == "heuristic":
-        return f"heuristic:{_whole_number(argument, 'heuristic:K', maximum=MAX_LOOKAHEAD)}" if colon else name
+        return LookaheadSpec(name, _whole_number(argument, "heuristic:K", maximum=MAX_LOOKAHEAD) if colon else None)
     if name == "confidence":
         if not colon:
-            return name
+            return LookaheadSpec(name)
         try:
             threshold = float(argument)
         except ValueError:
             threshold = math.nan
         if not 0 < threshold < 1:
             raise SpecError(f"lookahead {text!r}: the confidence threshold T must be a number between 0 and 1")
-        return f"confidence:{threshold:g}"
+        return LookaheadSpec(name, threshold)
     if name == "cost" and not colon:
-        return name
+        return LookaheadSpec(name)
     raise SpecError(f"unknown lookahead {text!r}: use {LOOKAHEAD_POLICIES}")
 
 

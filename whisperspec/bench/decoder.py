@@ -29,10 +29,12 @@ from whisperspec import defaults
 from whisperspec.spec import SpecError, parse_lookahead
 from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
 from whisperspec.speculative.lookahead import make_lookahead
+from whisperspec.speculative.warmup import WarmUp
 from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast, processor_name
-from whisperspec.whisper.model import COMPUTE_TYPES, WhisperRuntime
+from whisperspec.options import COMPUTE_TYPES
+from whisperspec.whisper.model import WhisperRuntime
 from whisperspec.whisper.rules import WhisperLogitFilter
 
 
@@ -124,7 +126,7 @@ def verify_costs(runtime, window, widths=range(1, 10), repeats: int = 15) -> dic
     """Median ms of one main decoder pass over n new tokens after 20 cached ones, for each n in
     `widths`, the one-row pass compiled as the loop runs it on any input of some length."""
     decoder = runtime.decoder
-    compile_after, decoder.compile_after = decoder.compile_after, 0
+    warmup, decoder.warmup = decoder.warmup, WarmUp(compile_after=0)
     decoder.start(window.hidden)
     decoder.forward(torch.full((1, 20), runtime.special.sot))
     tokens = torch.full((1, max(widths)), 440)
@@ -135,7 +137,7 @@ def verify_costs(runtime, window, widths=range(1, 10), repeats: int = 15) -> dic
 
     run(1)  # compiles
     costs = {n: median_ms(lambda: run(n), repeats) for n in widths}
-    decoder.compile_after = compile_after
+    decoder.warmup = warmup
     return costs
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from whisperspec import defaults
@@ -46,13 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         print("whisperspec bench-online: no audio files", file=sys.stderr)
         return 2
 
+    from whisperspec.options import TranscriptionOptions
     from whisperspec.transcribe import Transcriber
 
-    options = dict(language=language, timestamps=True)
-    systems = {"off": Transcriber(args.model, draft=args.draft, online_learning="off", **options),
-               "on": Transcriber(args.model, draft=args.draft, online_learning="on", **options)}
+    options = TranscriptionOptions.build(args.model, draft=args.draft, language=language, timestamps=True)
+    systems = {"off": Transcriber(options=options), "on": Transcriber(options=replace(options, online_learning=True))}
     if args.greedy:
-        systems["greedy"] = Transcriber(args.model, draft="none", **options)
+        systems["greedy"] = Transcriber(options=replace(options, draft=parse_draft_spec("none")))
     names = list(systems)
     print(f"# whisperspec bench-online: model {args.model}, draft {args.draft}, {len(files)} files\n")
     rows = {name: [] for name in names}  # per file: (decode s, window acceptances, text)
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names[index % len(names):] + names[:index % len(names)]:
             before = train_seconds(systems[name].drafter)
             result = systems[name].transcribe(path)
-            rows[name].append((result.stats["decoder_ms"] / 1e3, result.stats["window_acceptance"], result.text))
+            rows[name].append((result.stats.decoder_ms / 1e3, result.stats.window_acceptance, result.text))
             if name == "on":
                 trained.append(train_seconds(systems[name].drafter) - before)
         print(f"{path}: {len(rows['off'][-1][1])} windows", flush=True)

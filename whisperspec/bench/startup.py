@@ -53,7 +53,7 @@ mark("load model and drafter")
 result = transcriber.transcribe(sys.argv[1])
 mark("first transcription")
 print(json.dumps({"steps": [[name, t - marks[i][1]] for i, (name, t) in enumerate(marks[1:])],
-                  "stats": {k: v for k, v in result.stats.items() if k.endswith("_ms")}}))
+                  "stats": {k: v for k, v in result.stats.to_dict().items() if k.endswith("_ms")}}))
 """
 
 

@@ -142,7 +142,7 @@ def decode_alone(transcriber, decoder, prepared, walk) -> None:
     walk's windows decode together, as a corpus's do)."""
     file = _File(None, prepared, walk, time.perf_counter())
     while not walk.done:
-        for group in _groups(_rows([file], transcriber.batch_size)):
+        for group in _groups(_rows([file], transcriber.options.batch_size)):
             _decode_round(transcriber, decoder, group, None)
 
 
@@ -179,7 +179,7 @@ def _decode_round(transcriber, decoder, rows: list[tuple[_File, object]], on_pro
     for file, row in rows:
         started = time.perf_counter()
         windows.append(runtime.encode(row.window_mel()[None]))
-        _add_ms(file, "encoder_ms", time.perf_counter() - started)
+        file.prepared.stats.add_ms("encoder", time.perf_counter() - started)
     window = EncodedWindow(torch.cat([w.mel for w in windows]), torch.cat([w.hidden for w in windows]))
     options = rows[0][1].options
     started = time.perf_counter()
@@ -189,12 +189,7 @@ def _decode_round(transcriber, decoder, rows: list[tuple[_File, object]], on_pro
     for (file, row), result, alone in zip(rows, results, windows):
         started = time.perf_counter()
         seconds = row.advance(result, alone.hidden)
-        _add_ms(file, "decoder_ms", share + time.perf_counter() - started)
+        file.prepared.stats.add_ms("decoder", share + time.perf_counter() - started)
         if on_progress:
             on_progress(seconds)
 
-
-def _add_ms(file: _File, key: str, seconds: float) -> None:
-    """A file's encoder / decoder time (`Transcription.stats`), as a one-file run reports it; in a
-    batch of several files, the decoder time is the file's share of its batches."""
-    file.prepared.timings[key] = file.prepared.timings.get(key, 0.0) + seconds * 1e3

@@ -8,6 +8,7 @@ from typing import Callable
 from whisperspec import defaults
 from whisperspec.corpus.inputs import Source
 from whisperspec.corpus.run import Engine, local_engine, run_corpus
+from whisperspec.options import TranscriptionOptions
 
 ENGINES = ("local", "ray")
 
@@ -31,7 +32,7 @@ def add_corpus_arguments(parser) -> None:
                         help=f"CPUs (torch threads) each transcriber actor takes (default {defaults.RAY_CPUS_PER_WORKER})")
 
 
-def corpus_engine(options: dict, args) -> Engine:
+def corpus_engine(options: TranscriptionOptions, args) -> Engine:
     """The engine the options ask for. Raises SpecError, ValueError or OSError (bad options, a
     model that does not load) before anything is transcribed."""
     if args.batch_size is not None and args.batch_size < 1:
@@ -46,7 +47,7 @@ def corpus_engine(options: dict, args) -> Engine:
             raise ValueError(f"--{option.replace('_', '-')}: only with --engine ray")
     from whisperspec.transcribe import Transcriber
 
-    return local_engine(Transcriber(**options), args.batch_size)
+    return local_engine(Transcriber(options=options), args.batch_size)
 
 
 def transcribe_corpus(sources: list[Source], engine: Engine, args, formats: list[str],

@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from whisperspec import defaults
 from whisperspec.corpus.inputs import Source
 from whisperspec.corpus.results import FileResult
+from whisperspec.options import TranscriptionOptions
 
 ATTEMPTS = 3  # a file is tried by this many workers before it is recorded as an error
 PROBE_SECONDS = 0.5  # between calls asking whether a restarting actor is back
@@ -37,13 +38,13 @@ PROBE_SECONDS = 0.5  # between calls asking whether a restarting actor is back
 class TranscriberWorker:
     """A Ray actor's state: one Transcriber, its torch threads the CPUs Ray gave the actor."""
 
-    def __init__(self, options: dict, threads: int):
+    def __init__(self, options: TranscriptionOptions, threads: int):
         import torch
 
         torch.set_num_threads(threads)
         from whisperspec.transcribe import Transcriber
 
-        self.transcriber = Transcriber(**options)
+        self.transcriber = Transcriber(options=options)
 
     def pid(self) -> int:
         return os.getpid()
@@ -52,19 +53,16 @@ class TranscriberWorker:
         return list(self.transcriber.transcribe_many(sources, batch_size=batch_size))
 
 
-def ray_engine(options: dict, *, address: str | None = None, workers: int | None = None,
+def ray_engine(options: TranscriptionOptions, *, address: str | None = None, workers: int | None = None,
                cpus_per_worker: int | None = None, batch_size: int | None = None,
                ray_init: dict | None = None):
     """An engine for `run_corpus` on the cluster at `address` (None: a local one started here and
-    stopped at the end). The options are checked here, before Ray starts; each actor loads the model.
+    stopped at the end), each actor loading the model with `options` (checked when they were built).
     `ray_init`: more `ray.init` arguments (a test's `num_cpus`)."""
     try:
         import ray
     except ImportError as error:
         raise ValueError("--engine ray needs Ray: pip install 'whisperspec[ray]'") from error
-    from whisperspec.transcribe import Transcriber
-
-    Transcriber.check_options(**options)
     cpus = cpus_per_worker or defaults.RAY_CPUS_PER_WORKER
     if cpus < 1 or (workers is not None and workers < 1):
         raise ValueError("--ray-workers and --ray-cpus-per-worker: at least 1")

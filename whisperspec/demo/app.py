@@ -42,7 +42,8 @@ from whisperspec.resources import sample_audio
 from whisperspec.transcribe import Transcriber
 from whisperspec.spec import DraftSpec
 from whisperspec.whisper.drafters import DRAFTERS, parse_draft_spec
-from whisperspec.whisper.model import COMPUTE_TYPES, resolve_compute_type
+from whisperspec.options import COMPUTE_TYPES, TranscriptionOptions
+from whisperspec.whisper.model import resolve_compute_type
 
 SAMPLE = sample_audio()
 DRAFTS = [kind.name for kind in DRAFTERS]
@@ -94,7 +95,8 @@ class TranscriberPool:
             if key not in self._transcribers:
                 while len(self._transcribers) >= self.size:
                     self._transcribers.popitem(last=False)  # a request still using it keeps its own reference
-                self._transcribers[key] = (Transcriber(model, compute_type=compute_type, draft=draft), threading.Lock())
+                options = TranscriptionOptions.build(model, compute_type=compute_type, draft=draft)
+                self._transcribers[key] = (Transcriber(options=options), threading.Lock())
             self._transcribers.move_to_end(key)
             return self._transcribers[key]
 
@@ -145,8 +147,8 @@ def stats_markdown(result, plain=None) -> str:
     rows = result.stats_rows()
     if plain is not None:
         same = [s.tokens for s in plain.segments] == [s.tokens for s in result.segments]
-        speedup = plain.stats["decoder_ms"] / max(result.stats["decoder_ms"], 1e-9)
-        rows += [("without draft: decoder", f"{plain.stats['decoder_ms']:.0f} ms"),
+        speedup = plain.stats.decoder_ms / max(result.stats.decoder_ms, 1e-9)
+        rows += [("without draft: decoder", f"{plain.stats.decoder_ms:.0f} ms"),
                  ("decode speed-up", f"{speedup:.2f}x"),
                  ("transcripts", "identical ✔" if same else f"DIFFER (a bug): {plain.text!r}")]
     return _table(rows)

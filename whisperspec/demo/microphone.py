@@ -5,6 +5,7 @@ stream); `StreamedChunks` keeps every one of them, in order, and `LiveSession` a
 `whisperspec.demo.live_transcript.LiveTranscript`, read again in the background as it grows.
 """
 
+import asyncio
 import itertools
 import json
 import math

@@ -38,10 +38,12 @@ class WhisperspecSystem:
     def __init__(self, name: str, model: str, draft: DraftSpec, compute_type: str = defaults.COMPUTE_TYPE,
                  **options):
         """options: any other `Transcriber` arguments (vad=True, beam_size=5, ...)."""
+        from whisperspec.options import TranscriptionOptions
         from whisperspec.transcribe import Transcriber
 
         self.name, self.draft = name, draft
-        self.transcriber = Transcriber(model, compute_type=compute_type, draft=draft, **options)
+        self.transcriber = Transcriber(options=TranscriptionOptions.build(model, compute_type=compute_type, draft=draft,
+                                                                          **options))
         self.last = None  # (utterance id, what online learning had before its first decode)
 
     def transcribe(self, utterance: Utterance) -> Output:
@@ -49,8 +51,8 @@ class WhisperspecSystem:
         start = time.perf_counter()
         result = self.transcriber.transcribe(utterance.audio, language=utterance.language)
         seconds = time.perf_counter() - start
-        stats = {**result.stats.get("speculation", {}), "decoder_ms": result.stats.get("decoder_ms", 0.0)}
-        return Output(result.text, seconds, result.stats.get("tokens", 0), stats)
+        stats = {**result.stats.speculation.to_dict(), "decoder_ms": result.stats.decoder_ms}
+        return Output(result.text, seconds, result.stats.tokens, stats)
 
     def _repeat_from_the_same_start(self, utterance: Utterance) -> None:
         """Each timed repeat of an utterance meets the draft the first one met: a draft that keeps

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from whisperspec import defaults
 from whisperspec.speculative.protocols import Verdict
-from whisperspec.spec import parse_lookahead
+from whisperspec.spec import LookaheadSpec, parse_lookahead
 
 
 @dataclass
@@ -119,16 +119,17 @@ class CostModel:
         return expected_tokens / cost
 
 
-def make_lookahead(spec: str | int | None, default: str = defaults.LOOKAHEAD):
-    """A policy from a LOOKAHEAD spec (`whisperspec.spec.parse_lookahead`): 'K', 'heuristic[:K]',
-    'confidence[:T]' or 'cost'; None takes `default`; a policy object passes through."""
-    if spec is not None and not isinstance(spec, (str, int)):
+def make_lookahead(spec: LookaheadSpec | str | int | None, default: str = defaults.LOOKAHEAD):
+    """The policy a LOOKAHEAD names (`whisperspec.spec.LookaheadSpec`, or its text: 'K',
+    'heuristic[:K]', 'confidence[:T]' or 'cost'); None takes `default`; a policy object passes
+    through."""
+    if spec is not None and not isinstance(spec, (LookaheadSpec, str, int)):
         return spec
-    name, _, argument = parse_lookahead(default if spec is None else spec).partition(":")
-    if name.isdigit():
-        return Fixed(int(name))
-    if name == "heuristic":
-        return Heuristic(int(argument)) if argument else Heuristic()
-    if name == "confidence":
-        return Confidence(min_confidence=float(argument)) if argument else Confidence()
+    spec = parse_lookahead(default if spec is None else spec)
+    if spec.policy == "fixed":
+        return Fixed(spec.value)
+    if spec.policy == "heuristic":
+        return Heuristic() if spec.value is None else Heuristic(spec.value)
+    if spec.policy == "confidence":
+        return Confidence() if spec.value is None else Confidence(min_confidence=spec.value)
     return CostModel()

@@ -106,11 +106,6 @@ class Drafter:
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep only these batch rows, in this order, as the target does (finished rows leave)."""
 
-    def expect(self, tokens: int) -> None:
-        """About this many more tokens join the work ahead, over however many generations (an
-        estimate from an input's size): a drafter that pays a one-off cost once it has seen the
-        work is long enough (building a model) may decide at once instead."""
-
     def start(self, sequences: list[list[int]]) -> None:
         """A new generation over these sequences begins (one row each)."""
 

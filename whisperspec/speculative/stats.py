@@ -47,7 +47,10 @@ class SpeculationStats:
         return self.emitted / self.rounds if self.rounds else 0.0
 
     def rows(self) -> list[tuple[str, str]]:
-        return speculation_rows(self.to_dict())
+        """These counters as (measure, value) rows for people to read."""
+        return [("acceptance", f"{self.acceptance_rate:.1%}"), ("tokens per target pass", f"{self.mean_accepted_length:.2f}"),
+                ("target passes", str(self.target_passes)), ("draft passes", str(self.draft_passes)),
+                ("drafting", f"{self.draft_seconds * 1e3:.0f} ms"), ("verifying", f"{self.verify_seconds * 1e3:.0f} ms")]
 
     def to_dict(self) -> dict:
         return {
@@ -59,10 +62,3 @@ class SpeculationStats:
             "accept_counts": dict(sorted(self.accept_counts.items())),
         }
 
-
-def speculation_rows(stats: dict) -> list[tuple[str, str]]:
-    """A `SpeculationStats.to_dict()` as (measure, value) rows for people to read."""
-    return [("acceptance", f"{stats.get('acceptance_rate', 0):.1%}"),
-            ("tokens per target pass", f"{stats.get('mean_accepted_length', 0):.2f}"),
-            ("target passes", str(stats.get("target_passes", 0))), ("draft passes", str(stats.get("draft_passes", 0))),
-            ("drafting", f"{stats.get('draft_ms', 0):.0f} ms"), ("verifying", f"{stats.get('verify_ms', 0):.0f} ms")]

@@ -7,6 +7,7 @@ import sys
 import time
 
 from whisperspec import defaults
+from whisperspec.options import SAMPLING
 from whisperspec.spec import SpecError
 from whisperspec.textlm.generate import generate, generate_batch, parse_text_draft
 from whisperspec.textlm.loading import PACKAGED, load_causal_lm
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
                              "heuristic[:K], confidence[:T] or cost")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--sampling", choices=("residual", "coupled"), default="residual",
+    parser.add_argument("--sampling", choices=SAMPLING, default="residual",
                         help="at temperature > 0: residual (Leviathan et al.) or coupled (the same text with or "
                              "without a draft)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")

@@ -30,12 +30,12 @@ MAX_PROMPT_TOKENS = 223  # openai-whisper: half the text context, minus <|starto
 # development sets (asterisk-en-long, asterisk-ru-long: prompts with pauses) gave, so that work is
 # never expected that is not there (docs/BENCHMARKS-HISTORY.md, session 33).
 TOKENS_PER_SECOND = 2.0
-# A high one of the tokens a drafted round emits, from the same long files with `auto` (the same session).
-TOKENS_PER_DRAFTED_PASS = 3
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodeOptions:
+    """How one 30-s window is decoded (`TranscriptionOptions.decode`); frozen, changed by `replace`."""
+
     task: str = "transcribe"
     language: str | None = None  # None: detect it
     timestamps: bool = False
@@ -134,17 +134,10 @@ class WindowDecoder:
         self.runtime, self.drafter, self.lookahead = runtime, drafter, lookahead
 
     def expect(self, seconds: float) -> None:
-        """An input of this much audio joins the work ahead: the runtime and the drafter pay at
-        once the one-off costs that work repays (`WhisperRuntime.expect`, `Drafter.expect`),
-        instead of after the tokens that would show it is long."""
-        tokens = round(seconds * TOKENS_PER_SECOND)
-        if self.drafter is None:  # a pass a token, every one a plain step
-            self.runtime.expect(tokens, plain_steps=tokens)
-            return
-        # drafted, at least a pass per TOKENS_PER_DRAFTED_PASS tokens; how many are plain steps is
-        # the drafter's choice, not known ahead
-        self.runtime.expect(tokens // TOKENS_PER_DRAFTED_PASS, plain_steps=0)
-        self.drafter.expect(tokens)
+        """An input of this much audio joins the work ahead: the one-off costs that work repays
+        (compiling, screening, building a drafter) are paid at once instead of after the tokens
+        that would show it is long (`whisperspec.speculative.warmup`)."""
+        self.runtime.warmup.expect(round(seconds * TOKENS_PER_SECOND), drafted=self.drafter is not None)
 
     @torch.inference_mode()
     def detect_language(self) -> tuple[list[str], list[float]]:
@@ -247,8 +240,8 @@ class WindowDecoder:
             out, prefix = outs[0], prefixes[0]
             out.logprobs = target.logprobs(prefix + out.tokens, len(prefix), out.logprobs)
         if temperature == 0:
-            runtime.decoded(sum(out.stats.target_passes for out in outs),
-                            sum(out.stats.plain_rounds for out in outs))
+            runtime.warmup.decoded(sum(out.stats.target_passes for out in outs),
+                                   sum(out.stats.plain_rounds for out in outs))
         return outs
 
     def _screens(self, temperature: float, rows: int) -> bool:

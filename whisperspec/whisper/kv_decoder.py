@@ -24,20 +24,11 @@ from torch import nn
 from whisperspec.kernels.exact_rows import ANY_ROWS, attention_block, product_block
 from whisperspec.kernels.int8_linear import Int8Linear
 from whisperspec.kernels.packed_linear import Bfloat16Linear, PackedLinear, packed_copy
+from whisperspec.speculative.warmup import WarmUp
 from whisperspec.whisper.decoder_pass import (Bfloat16DecoderLayer, ScriptedPass, attention_mask, layer_pass,
                                               packed_decoder, script_single_row_pass, split_heads)
 
 
-# Compiling a pass (scripting it: `ScriptedPass`) costs what the compiled pass saves over 40-90
-# eager ones (base's main decoder; the int8 self-draft and a distilled draft), which a short file
-# never wins back. Not knowing how long the work will be, a decoder runs eager until the
-# interpreter has cost about what compiling the dearest would (the ski-rental rule: never more than
-# about twice the best choice made knowing the length), then compiles. Told how many passes the
-# input ahead will take (`WhisperRuntime.expect`), the main decoder compiles at once where they
-# repay it: past what compiling it costs in the eager passes it saves (`COMPILE_REPAID_PASSES`).
-# docs/BENCHMARKS.md has the costs.
-COMPILE_AFTER_PASSES = 90
-COMPILE_REPAID_PASSES = 50
 
 
 class KVDecoder:
@@ -49,7 +40,7 @@ class KVDecoder:
     (`from_model`). `frames`: the encoder positions its cross-attention reads (Whisper's 1500)."""
 
     def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None, cross_pool: int = 1,
-                 bfloat16: bool = False, rows_apart: bool = False, frames: int = 1500):
+                 bfloat16: bool = False, rows_apart: bool = False, frames: int = 1500, warmup: WarmUp | None = None):
         self.embed_tokens = decoder.embed_tokens.weight
         self.embed_positions = decoder.embed_positions.weight
         self.layers = list(decoder.layers)
@@ -82,11 +73,12 @@ class KVDecoder:
         self.encoder_hidden = None
         self.self_kv, self.exit_hidden = [], None  # allocated by `start`, reused while the shape fits
         # head -> this decoder's pass over one row, compiled with that head (None: not compilable),
-        # once `compile_after` passes have run eager (with any head: the count says the work is
-        # long enough, and a head first used late, as the screened one, compiles at once)
+        # once `warmup` says the passes run eager so far, or expected ahead, repay compiling it (with
+        # any head: the count says the work is long enough, and a head first used late, as the
+        # screened one, compiles at once)
         self.single_row_passes: dict[nn.Module, ScriptedPass | None] = {}
         self.eager_passes = 0
-        self.compile_after = COMPILE_AFTER_PASSES
+        self.warmup = warmup or WarmUp()
 
     @classmethod
     def from_model(cls, model: nn.Module, cross_compute_type: str = "float32", bfloat16: bool = False,
@@ -288,7 +280,7 @@ class KVDecoder:
     def _single_row_pass(self, head: nn.Module):
         if head not in self.single_row_passes:
             self.eager_passes += 1
-            if self.eager_passes <= self.compile_after:
+            if not self.warmup.compiles(self.eager_passes):
                 return None
             self.single_row_passes[head] = script_single_row_pass(self, head)
         return self.single_row_passes[head]

@@ -8,9 +8,11 @@ from functools import cached_property
 import torch
 
 from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast
+from whisperspec.options import COMPUTE_TYPES
 from whisperspec.whisper.alignment import alignment_heads
 from whisperspec.whisper.encoder import Encoder
-from whisperspec.whisper.kv_decoder import COMPILE_REPAID_PASSES, KVDecoder
+from whisperspec.speculative.warmup import WarmUp
+from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.screened_head import ScreenedHead
 from whisperspec.whisper.tokens import WhisperTokens
 
@@ -24,10 +26,6 @@ class EncodedWindow:
 
     mel: torch.Tensor  # [batch, n_mels, 3000]
     hidden: torch.Tensor  # [batch, 1500, d_model]
-
-
-COMPUTE_TYPES = ("auto", "float32", "int8", "bfloat16")
-SCREEN_AFTER_STEPS = 400  # see `WhisperRuntime.screens`
 
 
 def resolve_compute_type(compute_type: str, model=None) -> str:
@@ -71,8 +69,10 @@ class WhisperRuntime:
         # which stays stock transformers for side-by-side comparisons).
         self.encoder = Encoder(model.model.encoder, compute_type)
         decoder_compute_type = decoder_compute_type or resolve_decoder_compute_type(compute_type)
+        # when the main decoder compiles and the head screens, from the work seen and expected
+        self.warmup = WarmUp()
         self.decoder = KVDecoder.from_model(model, cross_compute_type=compute_type,
-                                            bfloat16=decoder_compute_type == "bfloat16")
+                                            bfloat16=decoder_compute_type == "bfloat16", warmup=self.warmup)
         # as it runs: float32 where the layers cannot run on bfloat16
         self.decoder_compute_type = "bfloat16" if self.decoder.bfloat16 else "float32"
         # the cross-attention heads word timestamps read (`whisperspec.whisper.alignment`)
@@ -81,10 +81,6 @@ class WhisperRuntime:
         self.n_mels = model.config.num_mel_bins
         self.vocab_size = model.config.vocab_size
         self.max_length = model.config.max_target_positions
-        # plain steps of greedy windows in this process, and expected ahead (`expect`): when to
-        # screen the head
-        self.plain_steps = self.plain_steps_ahead = 0
-        self.passes_ahead = 0  # main decoder passes the work ahead is expected to run (`expect`)
 
     @cached_property
     def screened_head(self) -> ScreenedHead | None:
@@ -93,33 +89,12 @@ class WhisperRuntime:
         return ScreenedHead.build(self.decoder.head, self.special, self.decoder.final_norm)
 
     def screens(self) -> bool:
-        """Whether greedy decoding screens its head, `plain_steps` into this process (only a plain
-        step screens: a pass verifying drafted tokens reads the full head). Making the screen
-        costs what the full head's reading costs in a few hundred steps: it is made once that many
-        steps show the work is long enough to repay it (a short file never pays for it; a long one
-        loses at most that much again), or at once when that many are expected ahead (`expect`)."""
-        made = "screened_head" in self.__dict__
-        if not made and max(self.plain_steps, self.plain_steps_ahead) < SCREEN_AFTER_STEPS:
+        """Whether greedy decoding screens its head now (only a plain step screens: a pass verifying
+        drafted tokens reads the full head): once made, or once the plain steps run or expected
+        repay making it (`warmup.screens`)."""
+        if "screened_head" not in self.__dict__ and not self.warmup.screens():
             return False
         return self.screened_head is not None
-
-    def expect(self, passes: int, plain_steps: int) -> None:
-        """An input joins the work ahead, expected to take about this many passes of the main
-        decoder, this many of them plain steps (all when nothing drafts; with a drafter, unknown:
-        0): where the work ahead repays them, the one-off costs a decoder otherwise pays once the
-        work has shown it is long (compiling its one-row pass, screening the head) are paid at
-        once."""
-        self.passes_ahead += passes
-        self.plain_steps_ahead += plain_steps
-        if self.passes_ahead >= COMPILE_REPAID_PASSES:
-            self.decoder.compile_after = 0
-
-    def decoded(self, passes: int, plain_steps: int) -> None:
-        """Greedy windows ran this many passes of the main decoder, this many of them plain steps
-        (what screening the head is judged by)."""
-        self.passes_ahead = max(self.passes_ahead - passes, 0)
-        self.plain_steps += plain_steps
-        self.plain_steps_ahead = max(self.plain_steps_ahead - plain_steps, 0)
 
     @classmethod
     def from_bundle(cls, bundle, compute_type: str = "float32",

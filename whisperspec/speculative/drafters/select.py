@@ -26,9 +26,9 @@ timed, or one dear catch-up would condemn a good candidate; a probe therefore dr
 the second timed.
 
 Candidates are built on first use, once the plain steps they would have saved pay for building
-them (a model draft costs its load only where it can repay it), and may decline a sequence
-(`applies`: a draft trained on some languages only). Told how long the work ahead is (`expect`:
-the tokens an input of that size emits, about), the selector counts the steps a candidate would
+them (a model draft costs its load only where it can repay it: `WarmUp.repays`), and may decline a
+sequence (`applies`: a draft trained on some languages only). Told how long the work ahead is
+(`WarmUp.expect`: the tokens an input of that size emits, about), the selector counts the steps a candidate would
 save over it too: a long input builds its candidates, and measures the ones never measured, at
 once instead of after the rounds that would show it is long (the ski rental's price of not
 knowing the length). A candidate that learns from what the target
@@ -48,6 +48,7 @@ from typing import Callable
 import torch
 
 from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal, Verdict
+from whisperspec.speculative.warmup import WarmUp
 
 # What a verify pass over k drafted tokens costs on top of a plain step, per token, as a share of
 # that step, for pass sizes not timed yet (and in the priors).
@@ -153,7 +154,8 @@ class SelectingDrafter(Drafter):
     """Drafts each round with the candidate expected to be fastest (see the module docstring)."""
 
     def __init__(self, candidates: list[Candidate], memory: float = 0.97, gap_memory: float = 0.995,
-                 probe_every: int = 12, max_probe_gap: int = 64, explore_after: float = 5.0):
+                 probe_every: int = 12, max_probe_gap: int = 64, explore_after: float = 5.0,
+                 warmup: WarmUp | None = None):
         self.candidates = {c.name: c for c in candidates}
         self.built: dict[str, Drafter] = {}
         self.measured = {name: _Rounds(memory, gap_memory) for name in self.candidates}
@@ -165,7 +167,7 @@ class SelectingDrafter(Drafter):
         self.last_tried = {name: 0 for name in self.candidates}
         self.last_plain = 0  # the last round that drafted nothing
         self.rounds = 0
-        self.tokens_ahead = 0  # what the work ahead is expected to emit (`expect`), less what it has
+        self.warmup = warmup or WarmUp()  # what the work ahead is expected to emit: when to build
         self.chosen: str | None = None  # this round's candidate (None: a plain step)
         self.probing = False  # this round tries a candidate that is not the expected fastest
         self.previous: str | None = None  # last round's candidate
@@ -218,7 +220,7 @@ class SelectingDrafter(Drafter):
             used = rates[fallback] if fallback is not None else plain or 1.0
             saving = 1 - used / rates[choice]  # of a plain step, per token
             self.forgone[choice] += saving
-            if self.forgone[choice] + saving * self.tokens_ahead < self.candidates[choice].build_cost:
+            if not self.warmup.repays(self.candidates[choice].build_cost, self.forgone[choice], saving):
                 choice = fallback
         # a measured candidate not chosen for a while is tried again: the text may have changed in
         # its favour, unless even a round with every drafted token right would not beat the leader
@@ -226,7 +228,7 @@ class SelectingDrafter(Drafter):
         # rounds so far, or so far and ahead (at least the tokens ahead / (k + 1)), dwarf what
         # building it costs
         leader = max([plain or 0.0, *(rates[c.name] for c in eligible if self.measured[c.name].measured)])
-        rounds_ahead = self.tokens_ahead / (k + 1)
+        rounds_ahead = self.warmup.tokens_ahead / (k + 1)
         overdue = [c.name for c in eligible if c.name != choice and (
             self.rounds - self.last_tried[c.name] >= self.gaps[c.name] and self._best_case_rate(c.name, k) > leader
             if self.measured[c.name].measured
@@ -270,7 +272,7 @@ class SelectingDrafter(Drafter):
     def learn(self, tokens: list[int], verdict: Verdict, logits: torch.Tensor | None = None,
               draft_seconds: float = 0.0, verify_seconds: float | None = None) -> None:
         name = self.chosen
-        self.tokens_ahead = max(self.tokens_ahead - verdict.accepted - 1, 0)
+        self.warmup.emitted(verdict.accepted + 1)
         if name is not None:
             self.built[name].learn(tokens, verdict, logits, draft_seconds, verify_seconds)
         for watcher in self._watching():
@@ -313,9 +315,6 @@ class SelectingDrafter(Drafter):
         self.current.add(name)
         self.setup_seconds = time.perf_counter() - started
         return drafter
-
-    def expect(self, tokens: int) -> None:
-        self.tokens_ahead += tokens
 
     def start(self, sequences: list[list[int]]) -> None:
         self.sequences, self.window, self.reorders, self.current = sequences, None, [], set()

@@ -15,7 +15,7 @@ from whisperspec import defaults
 from whisperspec.models.draft_file import draft_languages, shipped_drafts
 from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
-from whisperspec.whisper.kv_decoder import KVDecoder
+from whisperspec.speculative.warmup import WarmUp
 
 # Priors (docs/BENCHMARKS.md has the measurements): per-token acceptance, the cost of drafting one
 # token as a share of a plain step of the main model, and of building the drafter in plain steps.
@@ -32,39 +32,37 @@ def auto_drafter(runtime, online_learning: bool = False) -> SelectingDrafter:
     candidate drafts (`whisperspec.whisper.drafters.online`). Beside any main decoder: a pass
     checking k tokens costs about a step on every compute type (`whisperspec.kernels.exact_rows`),
     and where a plain step is still the faster, `SelectingDrafter` measures it and decodes plain."""
-    return SelectingDrafter(auto_candidates(runtime, online_learning))
+    return SelectingDrafter(auto_candidates(runtime, online_learning), warmup=runtime.warmup)
 
 
 def auto_candidates(runtime, online_learning: bool = False) -> list[Candidate]:
-    """Every drafter Whisper has for `runtime`'s model, with its priors, built when first chosen."""
+    """Every drafter Whisper has for `runtime`'s model, with its priors, built when first chosen.
+
+    A model candidate compiles its one-row pass at its first pass, instead of once its eager passes
+    have shown the work is long (`WarmUp`): `auto` builds a candidate once it expects to repay the
+    build (compiling included, in its build cost) and then judges it by what its rounds cost; run
+    eager, a candidate seldom chosen would be measured at its eager cost, lose for it, and so never
+    run the passes that would compile it. A draft that learns online rebuilds its model as it
+    trains, and keeps the usual rule."""
     from whisperspec.whisper.drafters.int8_self import int8_self_drafter
     from whisperspec.whisper.drafters.trained import trained_drafter
+
+    at_once = WarmUp(compile_after=0)
 
     candidates = []
     for path, languages in shipped_drafts(runtime.model).items():
         agreement = [a for language, a in draft_languages(path).items() if language in languages and a] or [0.7]
         candidates.append(Candidate(
             "trained" if "en" in languages else f"trained:{path.stem}",
-            lambda path=path: compiled_at_once(trained_drafter(path, runtime, online_learning)),
+            lambda path=path: trained_drafter(path, runtime, online_learning,
+                                              warmup=None if online_learning else at_once),
             acceptance=sum(agreement) / len(agreement), step_cost=TRAINED_STEP_COST,
             build_cost=TRAINED_BUILD_COST, watches=online_learning,
             applies=lambda tokens, languages=languages: runtime.special.language_of(tokens) in languages))
     candidates += [
-        Candidate("int8", lambda: compiled_at_once(int8_self_drafter(runtime)), acceptance=INT8_ACCEPTANCE,
+        Candidate("int8", lambda: int8_self_drafter(runtime, warmup=at_once), acceptance=INT8_ACCEPTANCE,
                   step_cost=INT8_STEP_COST, build_cost=INT8_BUILD_COST),
         Candidate("ngram", lambda: NgramDrafter(defaults.NGRAM_MAX), acceptance=NGRAM_ACCEPTANCE, step_cost=0.0),
     ]
     return candidates
 
-
-def compiled_at_once(drafter):
-    """A model candidate compiles its one-row pass at its first pass instead of after
-    `COMPILE_AFTER_PASSES` eager ones. `auto` builds a candidate once it expects to repay the build
-    (compiling included, in its build cost) and then judges it by what its rounds cost: run eager, a
-    candidate seldom chosen would be measured at its eager cost (1.5x its compiled one for a
-    distilled draft), lose for it, and so never run the passes that would compile it. A draft that
-    learns online (`OnlineDrafter`) rebuilds its model as it trains, and keeps the usual rule."""
-    decoder = getattr(getattr(drafter, "model", None), "decoder", None)
-    if isinstance(decoder, KVDecoder):
-        decoder.compile_after = 0
-    return drafter

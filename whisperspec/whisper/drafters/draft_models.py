@@ -24,6 +24,7 @@ from whisperspec.kept import kept_tensors
 from whisperspec.kernels.int8_linear import Int8Linear, RowBlocks, made_in_parallel, quantise
 from whisperspec.kernels.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import DraftModel
+from whisperspec.speculative.warmup import WarmUp
 from whisperspec.whisper.drafters.adapters import adapter_parameters
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
@@ -133,7 +134,7 @@ def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
 
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
                  max_length: int, cross_pool: int = 1, head: nn.Module | None = None,
-                 kept_as: tuple[Path | None, str] | None = None) -> KVDecoder:
+                 kept_as: tuple[Path | None, str] | None = None, warmup: WarmUp | None = None) -> KVDecoder:
     """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder
     (`head`: such an int8 head made before, reused). Low-rank adapters in `decoder`
     (`whisperspec.whisper.drafters.adapters`) stay float and shared with it: whoever trains them
@@ -191,7 +192,7 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     copied.float()  # int8 kernels take float32 activations
     if head is None:
         head = RowBlocks([made[f"{HEAD}.{i}"] for i in range(len(blocks))])
-    return KVDecoder(copied, head, max_length=max_length, cross_pool=cross_pool)
+    return KVDecoder(copied, head, max_length=max_length, cross_pool=cross_pool, warmup=warmup)
 
 
 HEAD = "head"  # the head's name among a decoder's linears (theirs are paths: "layers.0.fc1")

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from whisperspec import defaults
 from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.speculative.warmup import WarmUp
 from whisperspec.whisper.drafters.draft_models import WindowDraftModel, int8_decoder, reduced_vocab
 
 
-def int8_self_drafter(runtime, vocab_size_kept: int | None = defaults.INT8_DRAFT_HEAD) -> ModelDrafter:
+def int8_self_drafter(runtime, vocab_size_kept: int | None = defaults.INT8_DRAFT_HEAD,
+                      warmup: WarmUp | None = None) -> ModelDrafter:
+    """`warmup`: when its decoder compiles (`whisperspec.speculative.warmup`; None: its own)."""
     ids = reduced_vocab(runtime, vocab_size_kept)
     kv = int8_decoder(runtime.model.model.decoder, runtime.model.proj_out.weight, ids, runtime.max_length,
                       cross_pool=defaults.INT8_DRAFT_POOL, kept_as=(getattr(runtime.model, "weights_file", None),
-                                                                    "int8-self-draft"))
+                                                                    "int8-self-draft"), warmup=warmup)
     return ModelDrafter(WindowDraftModel(kv, ids, head=kv.head, cross_source=runtime.decoder), runtime.vocab_size)

@@ -16,6 +16,7 @@ from whisperspec.models.draft_file import fingerprint, load_draft, shipped_draft
 from whisperspec.kernels.packed_linear import PackedLinear, packed_copy
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.protocols import Drafter
+from whisperspec.speculative.warmup import WarmUp
 from whisperspec.whisper.drafters.draft_models import (WindowDraftModel, cross_attention_pool, int8_decoder,
                                                        shared_cross_layers)
 from whisperspec.whisper.kv_decoder import KVDecoder
@@ -27,13 +28,14 @@ def shipped_drafter(runtime, online_learning: bool = False) -> Drafter | None:
     return trained_drafter(path, runtime, online_learning) if path else None
 
 
-def trained_drafter(path: Path, runtime, online_learning: bool = False) -> Drafter:
+def trained_drafter(path: Path, runtime, online_learning: bool = False, warmup: WarmUp | None = None) -> Drafter:
+    """`warmup`: when the draft's decoder compiles (`whisperspec.speculative.warmup`; None: its own)."""
     draft, vocab_ids = load_draft(path, runtime.model)
-    return distilled_drafter(runtime, draft, vocab_ids, online_learning=online_learning, source=path)
+    return distilled_drafter(runtime, draft, vocab_ids, online_learning=online_learning, source=path, warmup=warmup)
 
 
 def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True, online_learning: bool = False,
-                      schedule=None, source: Path | None = None) -> Drafter:
+                      schedule=None, source: Path | None = None, warmup: WarmUp | None = None) -> Drafter:
     """A distil-whisper-layout draft over the main encoder, scoring `vocab_ids`; `int8`: its decoder
     and head run with int8 weights (half the cost of a step, the same acceptance), kept on disk for
     the draft file `source` it was read from. `online_learning`: it keeps training between windows
@@ -49,12 +51,12 @@ def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True, o
             # its first build is of the file's weights (the head rows are the main model's)
             kept = (source, f"int8-for-{fingerprint(runtime.model)}") if source and not before else None
             kv = int8_decoder(decoder, draft.proj_out.weight, vocab_ids, runtime.max_length, pool,
-                              head=before.decoder.head if before else None, kept_as=kept)
+                              head=before.decoder.head if before else None, kept_as=kept, warmup=warmup)
             head = kv.head
         else:  # its linears run on packed copies of the weights; every parameter is shared
             weight = draft.proj_out.weight.to(decoder.embed_tokens.weight.dtype)
             full = before.decoder.head if before else PackedLinear(weight)
-            kv = KVDecoder(packed_copy(decoder), full, max_length=runtime.max_length, cross_pool=pool)
+            kv = KVDecoder(packed_copy(decoder), full, max_length=runtime.max_length, cross_pool=pool, warmup=warmup)
             head = None
         return WindowDraftModel(kv, vocab_ids, head=head, cross_source=runtime.decoder if cross_layers else None,
                                 cross_layers=cross_layers)
