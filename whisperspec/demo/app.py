@@ -50,10 +50,11 @@ DRAFTS = [kind.name for kind in DRAFTERS]
 LOOKAHEADS = list(dict.fromkeys([defaults.LOOKAHEAD, "2", "4", "6", "heuristic", "confidence", "cost"]))
 MAX_UPLOAD_BYTES = 200 << 20  # a 2-core machine: hours of audio would block the queue for everyone
 MAX_SECONDS = 600.0  # audio per request: what one visitor may hold the only worker for
-# Computing time per request (and the length of a live recording): twice what the longest audio a
-# request may send (MAX_SECONDS) takes with base drafted and compared with plain decoding, at the
-# long-form real-time factors in docs/BENCHMARKS.md (0.038 + 0.056): a normal request finishes on a
-# loaded machine, one that loops on noise is stopped, and nobody waits behind it longer than this.
+# Computing time per request (and the length of a live recording): about twice what the longest
+# audio a request may send (MAX_SECONDS) takes with base, drafted and then compared with plain
+# decoding, at the long-form real-time factors measured on 2 cores (docs/BENCHMARKS.md): a normal
+# request finishes on a loaded machine, one that loops on noise is stopped, and nobody waits
+# behind it longer than this.
 MAX_REQUEST_SECONDS = 120.0
 MAX_TRANSCRIBERS = 3  # loaded models kept (each ~0.5-1 GB); the least recently used one goes
 LEGEND = ('<div class="ws-legend"><span class="ws-tok ws-draft">drafted, accepted</span>'

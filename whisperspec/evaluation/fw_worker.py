@@ -2,7 +2,7 @@
 
 CTranslate2 running in a process slows torch down in that same process (its thread pools and
 allocator stay behind), so the evaluation never imports faster-whisper next to the systems it
-compares (docs/BENCHMARKS.md, "Measurements behind the code").
+compares (docs/BENCHMARKS-HISTORY.md, "Measurements behind the code").
 Request: {"audio": path, "language": "en" | null, "short": bool, "words": bool}; reply: {"text",
 "seconds", "tokens"} and, when "words" asks for word timestamps, "words": [[word, start, end,
 probability], ...].

@@ -46,10 +46,11 @@ def _cpuinfo_field(cpuinfo: Path, field: str) -> str:
 @functools.cache  # the processor does not change while a process runs
 def bfloat16_is_fast() -> bool:
     """Whether bfloat16 products (float32 sums) run well above float32's speed here: on processors
-    with AMX tiles that the system lets programs use (Intel Xeon since Sapphire Rapids: Whisper's
-    encoder at ~3x float32's speed), and on AMD processors with AVX-512 BF16 (Zen 4 and later run
-    it at twice float32's rate: the encoder at ~1.8x). Not on an Intel processor with AVX-512 BF16
-    alone, where oneDNN's bfloat16 path made the encoder slower than float32 (docs/BENCHMARKS.md)."""
+    with AMX tiles that the system lets programs use (Intel Xeon since Sapphire Rapids, which
+    multiply bfloat16 tiles natively), and on AMD processors with AVX-512 BF16 (Zen 4 and later run
+    bfloat16 pairs at twice float32's rate). Not on an Intel processor with AVX-512 BF16 alone,
+    where oneDNN's bfloat16 path made the encoder slower than float32. The measured speeds per
+    processor: docs/BENCHMARKS.md."""
     try:
         if torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx():
             return True
@@ -62,8 +63,8 @@ def bfloat16_is_fast() -> bool:
 def bfloat16_decoder_pays() -> bool:
     """Whether a decoder's per-token work runs faster on bfloat16 than on float32 here: with AMX
     tiles, which take a verify pass's few rows together at a one-token step's cost. Not with AMD's
-    AVX-512 BF16, where a bfloat16 step and verify pass were measured slower than float32's
-    (docs/BENCHMARKS.md): there compute type bfloat16 is the encoder's and the window's
+    AVX-512 BF16, where a bfloat16 step and verify pass measured slower than float32's
+    (docs/BENCHMARKS-HISTORY.md, session 36): there compute type bfloat16 is the encoder's and the window's
     cross-attention projections', and the decoder stays float32."""
     try:
         return bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())

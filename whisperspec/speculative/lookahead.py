@@ -65,7 +65,7 @@ class CostModel:
 
     min_confidence = 0.0
     # Prior slope of the verify line, per drafted token, as a share of a one-token pass (the order
-    # of what a verify pass costs on base, docs/BENCHMARKS.md). Before any plain step has been
+    # of what a verify pass costs on base: docs/BENCHMARKS.md). Before any plain step has been
     # timed, the intercept comes from passes over several tokens; without a slope they would make
     # a plain step look as dear as a verify pass and k = 0 could never win.
     VERIFY_SLOPE = 0.12

@@ -17,11 +17,12 @@ from whisperspec.speculative.drafters.ngram import NgramDrafter
 from whisperspec.speculative.drafters.select import Candidate, SelectingDrafter
 from whisperspec.speculative.warmup import WarmUp
 
-# Priors (docs/BENCHMARKS.md has the measurements): per-token acceptance, the cost of drafting one
-# token as a share of a plain step of the main model, and of building the drafter in plain steps.
-# With `SelectingDrafter`'s default `explore_after` (5x the build cost) the int8 self-draft is tried
-# after 72 rounds however poor its prior: past a 30-s clip's 30-50, where it could not repay its
-# build, and a minute into a long file (at 10x, half of a 3-minute file went to a worse candidate).
+# Priors (docs/BENCHMARKS-HISTORY.md has the measurements): per-token acceptance, the cost of
+# drafting one token as a share of a plain step of the main model, and of building the drafter in
+# plain steps. With `SelectingDrafter`'s default `explore_after` (5 times the build cost) the int8
+# self-draft is tried however poor its prior once the rounds run pass what a 30-s clip decodes (where
+# it could not repay its build), and early enough into a long file (a later try left much of a
+# 3-minute file to a worse candidate).
 TRAINED_STEP_COST, TRAINED_BUILD_COST = 0.08, 12
 INT8_ACCEPTANCE, INT8_STEP_COST, INT8_BUILD_COST = 0.75, 0.35, 12
 NGRAM_ACCEPTANCE = 0.2

@@ -32,7 +32,7 @@ from whisperspec.whisper.model import EncodedWindow
 
 # Drafts read the window's cross-attention keys/values in float32, like the main decoder: torch's
 # bfloat16 attention of one query over 1500 frames is far slower on CPUs without bfloat16 units
-# (docs/BENCHMARKS.md).
+# (docs/BENCHMARKS-HISTORY.md).
 
 
 class WindowDraftModel(DraftModel):
@@ -145,13 +145,13 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     next process. Quantising is most of a build (base's draft head alone: 26k rows).
 
     Every linear becomes an `Int8Linear` (int8 weights, activations quantised per call): a draft
-    step costs about half of its float32 one, with the same acceptance (docs/BENCHMARKS.md).
+    step costs less than its float32 one, with the same acceptance (docs/BENCHMARKS-HISTORY.md).
     Building it is quantising and packing each weight once: `auto` builds a draft as soon as it
     expects to repay that, so the build stays a few plain steps' worth.
     """
     # torchao's CPU int8 linear (what torch now recommends over its own quantised tensors) is a slow
     # reference path (aten::_int_mm plus dtype conversions around it), several times slower than
-    # fbgemm's for a decoder step (docs/BENCHMARKS.md, "int8 kernels"); torch.ao's quantize_dynamic
+    # fbgemm's for a decoder step (docs/BENCHMARKS-HISTORY.md, "int8 kernels"); torch.ao's quantize_dynamic
     # packs each weight three times. Revisit when torchao gets a fast CPU int8 kernel.
     linears = {name: module for name, module in decoder.named_modules() if type(module) is nn.Linear}
     # The copy shares what it does not change: the token embeddings (a lookup table, never

@@ -74,7 +74,7 @@ def without_prompt(special):
     (<|startofprev|> ... up to <|startoftranscript|>): the main model, which verifies, still reads it.
 
     Long-form decoding conditions each window on up to 223 tokens of earlier text; a distilled
-    draft, trained with no prompt or a short one, agrees far less under it (docs/BENCHMARKS.md)."""
+    draft, trained with no prompt or a short one, agrees far less under it (docs/BENCHMARKS-HISTORY.md)."""
     def view(tokens: list[int]) -> list[int]:
         if tokens and tokens[0] == special.sot_prev and special.sot in tokens:
             return tokens[tokens.index(special.sot):]
