@@ -20,7 +20,7 @@ from whisperspec.whisper.drafters.draft_models import shared_cross_layers
 from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 from whisperspec.whisper.drafters.trained import distilled_drafter, without_prompt
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
-from whisperspec.whisper.decoder_pass import DecoderLayer, PackedDecoderLayer
+from whisperspec.whisper.decoder_pass import DecoderLayer, DecoderStack, PackedDecoderLayer
 from whisperspec.whisper.kv_decoder import KVDecoder, pool_frames
 
 DRAFTERS = ["ngram", "early-exit:1", "early-exit:3", "int8", "int8:2000", "distil", "separate", "auto", "switching"]
@@ -193,8 +193,8 @@ def test_the_fused_decoder_layer_is_the_plain_one_bit_for_bit():
     fused = runtime.decoder
     assert all(type(layer) is PackedDecoderLayer for layer in fused.layer_passes)
     plain = KVDecoder(packed_copy(runtime.model.model.decoder, rows=fused.products), fused.head, rows_apart=True)
-    plain.layer_passes = [DecoderLayer(layer, plain.n_heads, plain.head_dim, plain.scaling, plain.products,
-                                       plain.attention) for layer in plain.layers]
+    plain.stack = DecoderStack([DecoderLayer(layer, plain.n_heads, plain.head_dim, plain.scaling, plain.products,
+                                             plain.attention) for layer in plain.layers])
     hidden = runtime.encode(random_mel(6, batch=2, dtype=torch.float32)).hidden
     runs = []
     for decoder in (plain, fused):

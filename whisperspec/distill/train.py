@@ -13,8 +13,10 @@ while the main model still reads the prompt ("without", how `trained.without_pro
 
 Cross-attention keys/values over the 1500 encoder frames would cost most of a training step, so
 those two projections stay frozen (as copied from the main layers) and are computed once per
-window; everything else in the draft layers trains. `forward` below is the teacher-forced twin of
-`decoder_pass.DecoderLayer` (which runs inference with a cache and cannot carry gradients).
+window; everything else in the draft layers trains. The draft's pass runs its layers through the
+decoder's one loop (`decoder_pass.DecoderStack`) as `TeacherForcedLayer`s: the teacher-forced twin
+of `decoder_pass.DecoderLayer`, with dropout and gradients, over every position at once and with no
+cache (the inference layers write a cache and attend over it; see `TeacherForcedLayer`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,51 @@ import torch.nn.functional as F
 from torch import nn
 
 from whisperspec.distill.labels import Example
-from whisperspec.whisper.decoder_pass import merge_heads, split_heads
+from whisperspec.whisper.decoder_pass import DecoderStack, merge_heads, split_heads
 from whisperspec import defaults
 from whisperspec.whisper.kv_decoder import pool_frames
+
+
+class TeacherForcedLayer(nn.Module):
+    """A transformers decoder layer of a draft in training, as `DecoderStack` runs its layers: every
+    position of the pass at once (causal self-attention over them: the pass keeps no cache, so
+    `positions`, `mask` and the cache slots are unused), the window's cross-attention keys/values
+    cast to float32 (kept as float16), and dropout on each residual branch while its layer trains.
+
+    It is not `DecoderLayer` in training mode: that layer would change the numbers a draft trains
+    on, and inference would pay for training. It scales the queries before their products (here
+    the attention scales the scores), writes each row's keys and values into a cache and attends
+    over it through a mask (here autograd would record a copy per row and layer, and causal
+    attention needs no mask), and has no dropout (which would cost every step a test)."""
+
+    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, dropout: float):
+        super().__init__()
+        self.layer, self.n_heads, self.head_dim, self.dropout = layer, n_heads, head_dim, dropout
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                k_cache: torch.Tensor, v_cache: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor,
+                heads: list[int] | None = None, scores: list[torch.Tensor] | None = None) -> torch.Tensor:
+        if heads:
+            raise ValueError("a layer in training reads no attention scores")
+        layer = self.layer  # its linears looked up at each pass: adapters may wrap them after this is made
+        attn = layer.self_attn
+        h = layer.self_attn_layer_norm(hidden)
+        q, k, v = (self._heads(proj(h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+        hidden = hidden + self._drop(attn.out_proj(merge_heads(F.scaled_dot_product_attention(q, k, v,
+                                                                                               is_causal=True))))
+        q = self._heads(layer.encoder_attn.q_proj(layer.encoder_attn_layer_norm(hidden)))
+        out = F.scaled_dot_product_attention(q, k_cross.float(), v_cross.float())
+        hidden = hidden + self._drop(layer.encoder_attn.out_proj(merge_heads(out)))
+        return hidden + self._drop(layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(hidden)))))
+
+    def _drop(self, branch: torch.Tensor) -> torch.Tensor:
+        return F.dropout(branch, self.dropout, training=self.layer.training)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return split_heads(x, self.n_heads, self.head_dim)
+
+
+NO_CACHE = torch.empty(0)  # a teacher-forced layer's cache slots (`TeacherForcedLayer`)
 
 
 @dataclass
@@ -55,6 +99,9 @@ class DraftTrainer:
         self.column[vocab_ids] = torch.arange(len(vocab_ids))
         attn = draft_decoder.layers[0].self_attn
         self.n_heads, self.head_dim = attn.num_heads, attn.head_dim
+        self.stack = DecoderStack([TeacherForcedLayer(layer, self.n_heads, self.head_dim, dropout)
+                                   for layer in draft_decoder.layers])
+        self.no_cache = [(NO_CACHE, NO_CACHE)] * len(draft_decoder.layers)
         for name, param in draft_decoder.named_parameters():
             frozen = name.startswith(("embed_tokens", "embed_positions")) or ".encoder_attn.k_proj" in name \
                 or ".encoder_attn.v_proj" in name
@@ -78,22 +125,9 @@ class DraftTrainer:
 
     def hidden(self, tokens: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """What the draft's head reads (after the final layer norm) at every position of `tokens`."""
-        d = self.decoder
-
-        def drop(branch: torch.Tensor) -> torch.Tensor:
-            return F.dropout(branch, self.dropout, training=d.training)
-
-        x = d.embed_tokens.weight[tokens] + d.embed_positions.weight[:tokens.shape[1]]
-        for layer, (k_cross, v_cross) in zip(d.layers, cross):
-            h = layer.self_attn_layer_norm(x)
-            attn = layer.self_attn
-            q, k, v = (self._heads(proj(h)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-            x = x + drop(attn.out_proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True))))
-            h = layer.encoder_attn_layer_norm(x)
-            q = self._heads(layer.encoder_attn.q_proj(h))
-            out = F.scaled_dot_product_attention(q, k_cross.float(), v_cross.float())
-            x = x + drop(layer.encoder_attn.out_proj(merge_heads(out)))
-            x = x + drop(layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x)))))
+        d, n = self.decoder, tokens.shape[1]
+        x = d.embed_tokens.weight[tokens] + d.embed_positions.weight[:n]
+        x = self.stack(x, torch.arange(n)[None], None, self.no_cache, cross, 0, len(d.layers))
         return d.layer_norm(x)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:

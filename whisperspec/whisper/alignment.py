@@ -66,29 +66,16 @@ def attention_to_audio(decoder, hidden: torch.Tensor, tokens: list[int],
     [1, frames, d]: the alignment heads' attention scores q.k [heads, tokens, frames] (before the
     softmax) and the output logits [tokens, vocab].
 
-    `decoder` is the main `KVDecoder`: if it holds this window's cross-attention keys and values
-    (it decoded it last) they are read, else projected again; its self-attention cache is scratch
-    space here and is left empty.
+    `decoder` is the main `KVDecoder` (its `scored_pass`): if it holds this window's cross-attention
+    keys and values (it decoded it last) they are read, else projected again; its self-attention
+    cache is scratch space here and is left empty.
     """
     if not _started_on(decoder, hidden):
         decoder.start(hidden)
     decoder.rollback(0)
-    ids = torch.tensor([tokens])
-    positions = torch.arange(len(tokens))[None]
-    states = decoder.embed_tokens[ids] + decoder.embed_positions[positions]
-    mask = decoder.mask(positions)
-    scores = {}
-    for index, layer in enumerate(decoder.layer_passes):
-        k_cross, v_cross = decoder.cross_kv[index]
-        states = layer.attend_self(states, positions, mask, *decoder.self_kv[index])
-        wanted = [head for layer_index, head in heads if layer_index == index]
-        if wanted:
-            queries = layer.cross_queries(states)[0, wanted]
-            products = queries @ k_cross[0, wanted].to(queries.dtype).transpose(-1, -2)
-            scores.update(zip([(index, head) for head in wanted], products))
-        states = layer.feed_forward(layer.attend_encoder(states, k_cross, v_cross))
-    logits = decoder.head(decoder.final_norm(states))[0]
-    return torch.stack([scores[head] for head in heads]), logits
+    logits, scores = decoder.scored_pass(torch.tensor([tokens]), heads)
+    decoder.rollback(0)
+    return scores[:, 0], logits[0]
 
 
 def _started_on(decoder, hidden: torch.Tensor) -> bool:

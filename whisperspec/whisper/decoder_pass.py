@@ -1,11 +1,18 @@
-"""The decoder's layers as TorchScript-able modules, and a whole pass over one row compiled.
+"""The decoder's layers as TorchScript-able modules, the one loop that runs them, and a whole pass
+over one row compiled.
 
-`DecoderLayer` is the one implementation of a Whisper decoder layer over our KV cache: every pass
-of `KVDecoder` runs it, for any batch (ragged rows write their cache entries at their own positions
-and see only their own keys through the mask). `PackedDecoderLayer` is the same layer in fewer
-oneDNN products, what a float32 decoder runs (`packed_decoder`); `Bfloat16DecoderLayer` the same
-products on bfloat16. `SingleRowPass` is a pass for a batch of one row, embeddings to logits,
-which `KVDecoder` runs compiled with TorchScript.
+`DecoderLayer` is the one implementation of a Whisper decoder layer over our KV cache, for any batch
+(ragged rows write their cache entries at their own positions and see only their own keys through
+the mask). `PackedDecoderLayer` is the same layer in fewer oneDNN products, what a float32 decoder
+runs (`packed_decoder`); `Bfloat16DecoderLayer` the same products on bfloat16 (`layer_pass` picks).
+Each layer handles its own dtypes: callers never ask which kind they hold.
+
+`DecoderStack` runs the layers, in order, over a pass's hidden states: every pass goes through it, a
+step and a verify pass (`KVDecoder`, eager, and `SingleRowPass` compiled), the word-alignment pass
+(`KVDecoder.scored_pass`, which asks the layers for some heads' cross-attention scores on the way)
+and a draft's teacher-forced training (`whisperspec.distill.train`, whose layers keep no cache).
+`SingleRowPass` is a pass for a batch of one row, embeddings to logits, which `KVDecoder` runs
+compiled with TorchScript.
 
 A main decoder's layers keep rows apart (`whisperspec.kernels.exact_rows`): each token's logits are
 the same bits in a one-token step, in a pass verifying drafted tokens and beside other files' rows,
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -100,9 +107,13 @@ class DecoderLayer(nn.Module):
             cache[b, :, first:first + values.shape[2]] = values[b]
 
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                k_cache: torch.Tensor, v_cache: torch.Tensor, k_cross: torch.Tensor,
-                v_cross: torch.Tensor) -> torch.Tensor:
+                k_cache: torch.Tensor, v_cache: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor,
+                heads: Optional[List[int]] = None, scores: Optional[List[torch.Tensor]] = None) -> torch.Tensor:
+        """`heads` (some of this layer's heads) with `scores`: their cross-attention scores are
+        appended to `scores` (`cross_scores`), where a pass reads where they look."""
         hidden = self.attend_self(hidden, positions, mask, k_cache, v_cache)
+        if heads is not None and scores is not None and len(heads) > 0:
+            scores.append(self.cross_scores(hidden, k_cross, heads))
         hidden = self.attend_encoder(hidden, k_cross, v_cross)
         return self.feed_forward(hidden)
 
@@ -123,9 +134,17 @@ class DecoderLayer(nn.Module):
         return F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
 
     def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The scaled cross-attention queries [batch, heads, n, head_dim] (word alignment reads
-        their products with the keys: `whisperspec.whisper.alignment`)."""
+        """The scaled cross-attention queries [batch, heads, n, head_dim], in the residual stream's
+        dtype (`cross_scores`)."""
         return self._heads(self.cross_q(self.cross_norm(hidden)) * self.scaling)
+
+    def cross_scores(self, hidden: torch.Tensor, k_cross: torch.Tensor, heads: List[int]) -> torch.Tensor:
+        """The cross-attention scores q.k of `heads` [batch, len(heads), n, frames], before the
+        softmax, in the queries' dtype whatever the keys' (word alignment reads them:
+        `whisperspec.whisper.alignment`)."""
+        wanted = torch.tensor(heads)
+        queries = self.cross_queries(hidden).index_select(1, wanted)
+        return queries @ k_cross.index_select(1, wanted).to(queries.dtype).transpose(-1, -2)
 
     def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
         """Cross-attention on the window's encoder output (K/V precomputed once per window)."""
@@ -153,9 +172,12 @@ def packed_decoder(decoder: nn.Module) -> nn.Module:
 
 
 def layer_pass(layer: nn.Module, n_heads: int, head_dim: int, scaling: float, products: RowBlock = ANY_ROWS,
-               attention: RowBlock = ANY_ROWS) -> DecoderLayer:
-    """The fused pass of a layer whose linears are packed (`PackedDecoderLayer.fits`), else the plain one."""
-    kind = PackedDecoderLayer if PackedDecoderLayer.fits(layer, scaling) else DecoderLayer
+               attention: RowBlock = ANY_ROWS, bfloat16: bool = False) -> DecoderLayer:
+    """`Bfloat16DecoderLayer` where its work is to run on bfloat16 (`bfloat16`: its decoder's linears
+    `Bfloat16DecoderLayer.fits`), else the fused pass of a layer whose linears are packed
+    (`PackedDecoderLayer.fits`), else the plain one."""
+    kind = (Bfloat16DecoderLayer if bfloat16 else
+            PackedDecoderLayer if PackedDecoderLayer.fits(layer, scaling) else DecoderLayer)
     return kind(layer, n_heads, head_dim, scaling, products, attention)
 
 
@@ -216,7 +238,7 @@ class PackedDecoderLayer(DecoderLayer):
         """The scaled cross-attention queries in the products' dtype (the caches')."""
         return self._heads(self._product(self.cross_norm(hidden), self.cross_q_weight, self.cross_q_bias))
 
-    def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
+    def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:  # float32, as the residual stream
         return self._cross_queries(hidden).float()
 
     def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
@@ -283,26 +305,54 @@ def _power_of_two(x: float) -> bool:
     return x > 0 and math.frexp(x)[0] == 0.5
 
 
+class DecoderStack(nn.Module):
+    """A decoder's layers, run in order over the hidden states of one pass: the one loop every pass
+    goes through. `layers[first:last]` run (an early exit stops below the top; the pass verifying
+    an early-exit draft starts above its layers), layer i over the caches `self_kv[i]` and the
+    window's cross-attention keys/values `cross_kv[i]`, each a (keys, values) pair.
+
+    `heads` (a list per layer of its heads, possibly empty) with `scores`: each layer that has some
+    appends their cross-attention scores to `scores` (`DecoderLayer.cross_scores`), in layer order.
+
+    Its layers are any modules called so: the inference layers above, or a draft's layers in
+    training (`whisperspec.distill.train.TeacherForcedLayer`, whose cache slots are empty)."""
+
+    def __init__(self, layers: List[nn.Module]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, mask: Optional[torch.Tensor],
+                self_kv: List[Tuple[torch.Tensor, torch.Tensor]], cross_kv: List[Tuple[torch.Tensor, torch.Tensor]],
+                first: int, last: int, heads: Optional[List[List[int]]] = None,
+                scores: Optional[List[torch.Tensor]] = None) -> torch.Tensor:
+        for index, layer in enumerate(self.layers):
+            if first <= index < last:
+                k_cache, v_cache = self_kv[index]
+                k_cross, v_cross = cross_kv[index]
+                wanted = None if heads is None else heads[index]
+                hidden = layer(hidden, positions, mask, k_cache, v_cache, k_cross, v_cross, wanted, scores)
+        return hidden
+
+
 class SingleRowPass(nn.Module):
     """`tokens` [1, n] at positions position.. of a one-row cache -> logits [1, keep, vocab] of
     the last `keep` positions; what `KVDecoder.forward` computes for a batch of one without an
-    early exit."""
+    early exit (its `DecoderStack`, every layer)."""
 
     def __init__(self, decoder, head: nn.Module):
         super().__init__()
-        self.layers = nn.ModuleList(decoder.layer_passes)
+        self.stack, self.n_layers = decoder.stack, decoder.n_layers
         self.final_norm, self.head = decoder.final_norm, head
         self.embed_tokens, self.embed_positions = decoder.embed_tokens, decoder.embed_positions
         self.mask_keys = decoder.mask_keys  # `KVDecoder.mask`
 
-    def forward(self, tokens: torch.Tensor, position: int, k_caches: List[torch.Tensor], v_caches: List[torch.Tensor],
-                k_cross: List[torch.Tensor], v_cross: List[torch.Tensor], keep: int) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, position: int, self_kv: List[Tuple[torch.Tensor, torch.Tensor]],
+                cross_kv: List[Tuple[torch.Tensor, torch.Tensor]], keep: int) -> torch.Tensor:
         n = tokens.shape[1]
         positions = position + torch.arange(n)[None]
         hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
-        mask = attention_mask(positions, self.mask_keys)
-        for i, layer in enumerate(self.layers):
-            hidden = layer(hidden, positions, mask, k_caches[i], v_caches[i], k_cross[i], v_cross[i])
+        hidden = self.stack(hidden, positions, attention_mask(positions, self.mask_keys), self_kv, cross_kv, 0,
+                            self.n_layers)
         return self.head(self.final_norm(hidden[:, n - keep:]))
 
 

@@ -25,8 +25,9 @@ from whisperspec.kernels.exact_rows import ANY_ROWS, attention_block, product_bl
 from whisperspec.kernels.int8_linear import Int8Linear
 from whisperspec.kernels.packed_linear import Bfloat16Linear, PackedLinear, packed_copy
 from whisperspec.speculative.warmup import WarmUp
-from whisperspec.whisper.decoder_pass import (Bfloat16DecoderLayer, ScriptedPass, attention_mask, layer_pass,
-                                              packed_decoder, script_single_row_pass, split_heads)
+from whisperspec.whisper.decoder_pass import (Bfloat16DecoderLayer, DecoderLayer, DecoderStack, ScriptedPass,
+                                              attention_mask, layer_pass, packed_decoder, script_single_row_pass,
+                                              split_heads)
 
 
 
@@ -62,10 +63,9 @@ class KVDecoder:
         self.products, self.attention = products, attention
         # a pass's mask covers the whole cache where rows are kept apart (`attention_mask`)
         self.mask_keys = self.max_length if rows_apart else 0
-        self.layer_passes = [Bfloat16DecoderLayer(layer, self.n_heads, self.head_dim, self.scaling, products, attention)
-                             if bfloat16 else
-                             layer_pass(layer, self.n_heads, self.head_dim, self.scaling, products, attention)
-                             for layer in self.layers]
+        # what runs the layers in every pass (`DecoderStack`)
+        self.stack = DecoderStack([layer_pass(layer, self.n_heads, self.head_dim, self.scaling, products, attention,
+                                              bfloat16) for layer in self.layers])
         # >1: cross-attention reads the encoder frames averaged in groups of this many (a draft
         # trained so, or the int8 self-draft: its step reads that much less), see `pool_frames`
         self.cross_pool = cross_pool
@@ -106,6 +106,11 @@ class KVDecoder:
         rows = cls.product_rows(stock.layers[0], weight.dtype) if rows_apart else ANY_ROWS
         return cls(decoder, PackedLinear(weight, rows=rows), bfloat16=bfloat16, rows_apart=rows_apart,
                    frames=getattr(model.config, "max_source_positions", 1500), **kwargs)
+
+    @property
+    def layer_passes(self) -> list[DecoderLayer]:
+        """The passes of its layers, in order (what `stack` runs)."""
+        return list(self.stack.layers)
 
     @staticmethod
     def product_rows(layer: nn.Module, dtype: torch.dtype):
@@ -288,8 +293,7 @@ class KVDecoder:
     def _single_row(self, tokens: torch.Tensor, compiled, keep: int) -> torch.Tensor:
         position, n = int(self.lengths[-1, 0]), tokens.shape[1]
         self._check_room(position + n)
-        logits = compiled(tokens, position, [k for k, _ in self.self_kv], [v for _, v in self.self_kv],
-                          [k for k, _ in self.cross_kv], [v for _, v in self.cross_kv], keep)
+        logits = compiled(tokens, position, self.self_kv, self.cross_kv, keep)
         self.lengths[:, 0] = position + n
         self.fed_tokens[0, position:position + n] = tokens[0]
         return logits
@@ -298,7 +302,25 @@ class KVDecoder:
         if positions_needed > self.max_length:
             raise ValueError(f"decoder context is {self.max_length} positions; asked for {positions_needed}")
 
-    def _hidden_states(self, tokens: torch.Tensor, exit_layer: int | None) -> torch.Tensor:
+    @torch.inference_mode()
+    def scored_pass(self, tokens: torch.Tensor, heads: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`'s logits of `tokens` [batch, n] (the pass eager, every layer), and the
+        cross-attention scores q.k of `heads` ((layer, head) pairs) before the softmax
+        [len(heads), batch, n, frames]: where those heads look in the audio."""
+        wanted = [[head for layer, head in heads if layer == index] for index in range(self.n_layers)]
+        scores: list[torch.Tensor] = []  # a tensor [batch, len(wanted[i]), n, frames] per layer i with heads
+        hidden = self._hidden_states(tokens, None, wanted, scores)
+        by_layer = iter(scores)
+        of_head = {}
+        for index, layer_heads in enumerate(wanted):
+            if layer_heads:
+                of_head.update(zip([(index, head) for head in layer_heads], next(by_layer).unbind(1)))
+        return self.head(self.final_norm(hidden)), torch.stack([of_head[pair] for pair in heads])
+
+    def _hidden_states(self, tokens: torch.Tensor, exit_layer: int | None, heads: list[list[int]] | None = None,
+                       scores: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The hidden states of `tokens` after layer `exit_layer` (default: the last); `heads` and
+        `scores`: as `DecoderStack`'s."""
         top = exit_layer or self.n_layers
         start = self.lengths[top - 1].clone()  # where these tokens go, per row
         positions = start[:, None] + torch.arange(tokens.shape[1])
@@ -307,10 +329,9 @@ class KVDecoder:
         if hidden is None:
             hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
             self.fed_tokens.scatter_(1, positions, tokens)
-        mask = self.mask(positions)
-        for index in range(first, top):
-            hidden = self.layer_passes[index](hidden, positions, mask, *self.self_kv[index], *self.cross_kv[index])
-            self.lengths[index] = positions[:, -1] + 1
+        hidden = self.stack(hidden, positions, self.mask(positions), self.self_kv, self.cross_kv, first, top, heads,
+                            scores)
+        self.lengths[first:top] = positions[:, -1] + 1
         if exit_layer:
             self.exit_layer = exit_layer
             self.exit_hidden.scatter_(1, positions[:, :, None].expand(-1, -1, hidden.shape[-1]), hidden)
