@@ -16,8 +16,9 @@ import torch
 from tests.tiny_models import tiny_runtime
 from whisperspec.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram
 from whisperspec.distill.corpus import sentences
-from whisperspec.distill.labels import Example, label_windows, load_examples
-from whisperspec.distill.train import DraftTrainer, TrainConfig, draft_vocabulary, train
+from whisperspec.distill.labels import label_windows, load_examples
+from whisperspec.distill.train import TrainConfig, draft_vocabulary, train
+from whisperspec.whisper.drafters.training import DraftTrainer, Example
 from whisperspec.whisper.drafters.trained import trained_drafter
 from whisperspec.models.draft_file import load_draft, read_metadata, save_draft
 from whisperspec.speculative.lookahead import Fixed

@@ -15,7 +15,6 @@ Examples are written in shards under the cache, so an interrupted run resumes wh
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,21 +25,13 @@ from whisperspec.atomic import atomic_path
 from whisperspec.audio import HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram
 from whisperspec.distill.corpus import spoken_sentences
 from whisperspec.distill.speech import available_engines, synthesize_stream, synthesize_window
+from whisperspec.whisper.drafters.training import Example
 from whisperspec.whisper.decode import MAX_PROMPT_TOKENS, DecodeOptions, WindowDecoder, forced_prefix
 from whisperspec.whisper.longform import split_segments
 from whisperspec.whisper.model import WhisperRuntime
 
 PROMPT_TOKENS = 32  # rows decoded together need prompts of one length
 MODES = {"plain": 2, "timestamps": 1, "prompt": 1, "longform": 2}  # how often a batch is decoded each way
-
-
-@dataclass
-class Example:
-    encoder_hidden: torch.Tensor  # [frames, d_model] float16
-    tokens: list[int]  # forced prefix + the main model's greedy tokens + end-of-text
-    sample_begin: int  # index in `tokens` of the first token the main model chose
-    target_hidden: torch.Tensor  # [len(tokens) - 1, d_model] float16: main decoder output before the head
-    language: str = ""  # the language token the window was decoded with ("" in shards from before)
 
 
 def label_shard(runtime: WhisperRuntime, sentences: list[str], seed: int | str, size: int,

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from whisperspec import defaults
-from whisperspec.distill.train import DraftTrainer
+from whisperspec.whisper.drafters.training import DraftTrainer
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal, Verdict
 from whisperspec.whisper.drafters.adapters import attach_adapters, make_adapters
