@@ -138,12 +138,15 @@ def run_scripted(target_vocabulary: Vocabulary, script: list[int], prompt_length
                                 lookahead=make_lookahead(lookahead))
 
 
-def assert_aligned(stats, k: int) -> None:
-    """Nearly every proposed token accepted, and nearly k+1 tokens per target pass. The misses are
-    proposals cut inside a word or a character (byte-level BPE splits characters differently on
-    the two sides)."""
-    assert stats.accepted >= 0.85 * stats.proposed
-    assert stats.emitted >= 0.7 * (k + 1) * stats.target_passes
+def assert_aligned(stats, k: int, case: str) -> None:
+    """The draft proposed, nearly every proposed token was accepted, and a target pass gave nearly
+    k+1 tokens. The misses are proposals cut inside a word or a character (byte-level BPE splits
+    characters differently on the two sides)."""
+    figures = (f"{case} k={k}: accepted {stats.accepted}/{stats.proposed}, "
+               f"{stats.emitted} tokens in {stats.target_passes} passes")
+    assert stats.proposed > 0, figures
+    assert stats.accepted >= 0.85 * stats.proposed, figures
+    assert stats.emitted >= 0.7 * (k + 1) * stats.target_passes, figures
 
 
 @pytest.mark.parametrize("lookahead", ["3", "6"])
@@ -159,10 +162,7 @@ def test_a_draft_that_knows_the_text_is_accepted_whisper_vocabularies(lookahead)
     out = run_scripted(drafter.target_vocabulary, script, len(prefix), main.vocab_size, main.special.eot,
                        drafter, lookahead)
     assert out.tokens == script[len(prefix):]
-    stats = out.stats
-    print(f"whisper vocabularies k={lookahead}: accepted {stats.accepted}/{stats.proposed}, "
-          f"{len(out.tokens)} tokens in {stats.target_passes} passes")
-    assert_aligned(stats, int(lookahead))
+    assert_aligned(out.stats, int(lookahead), "whisper vocabularies")
 
 
 @pytest.mark.parametrize("lookahead", ["3", "6"])
@@ -182,10 +182,8 @@ def test_a_draft_that_knows_the_text_is_accepted_text_tokenizers(lookahead):
         out = run_scripted(drafter.target_vocabulary, script, len(prompt), len(target_tokenizer),
                            target_tokenizer.eos_token_id, drafter, lookahead)
         assert out.tokens == script[len(prompt):]
-        stats = out.stats
-        print(f"{type(target_tokenizer).__name__} <- {type(draft_tokenizer).__name__} k={lookahead}: "
-              f"accepted {stats.accepted}/{stats.proposed}, {len(out.tokens)} tokens in {stats.target_passes} passes")
-        assert_aligned(stats, int(lookahead))
+        case = f"{type(target_tokenizer).__name__} <- {type(draft_tokenizer).__name__}"
+        assert_aligned(out.stats, int(lookahead), case)
 
 
 # ---------------------------------------------------------------------------------- lossless
@@ -332,8 +330,8 @@ def test_tiny_en_drafting_for_base_on_real_speech():
             fast = WindowDecoder(main, drafter, make_lookahead("4")).decode(window, options)
             assert fast.tokens == plain.tokens, (clip, timestamps)
             stats = fast.stats
-            print(f"{clip} timestamps={timestamps}: accepted {stats.accepted}/{stats.proposed}, "
-                  f"{len(fast.tokens)} tokens in {stats.target_passes} main passes")
+            # tiny.en drafted on every clip and mode, and base kept some of it
+            assert stats.proposed > 0 and stats.accepted > 0, (clip, timestamps, stats.accepted, stats.proposed)
             accepted, proposed = accepted + stats.accepted, proposed + stats.proposed
     # measured: 58-91% per clip and mode, 83% in all (the shortest clip is the worst)
     assert accepted > 0.6 * proposed
@@ -355,7 +353,7 @@ def test_smollm2_drafting_for_gemma3_is_lossless():
     out = generate(target, tokenizer, prompt, max_new_tokens=16, assistant_model=draft,
                    assistant_tokenizer=draft_tokenizer, num_assistant_tokens=4)
     assert out.tokens == plain.tokens
-    print(f"gemma3-270m <- smollm2: {out.text!r} accepted {out.stats.accepted}/{out.stats.proposed}")
-    assert out.stats.proposed > 0
+    # smollm2 drafted, and gemma kept some of it (both continue "the weasels" the same way somewhere)
+    assert out.stats.proposed > 0 and out.stats.accepted > 0, (out.text, out.stats.accepted, out.stats.proposed)
     named = generate(target, tokenizer, prompt, max_new_tokens=16, draft="smollm2", lookahead=4)  # as the CLI
     assert named.tokens == plain.tokens and named.stats.accepted == out.stats.accepted

@@ -296,6 +296,7 @@ def test_a_hub_id_loads_from_the_local_hugging_face_cache_without_the_network(tm
 
 
 def test_a_hub_id_offline_fails_at_once_with_a_clear_error(tmp_path, monkeypatch):
+    import huggingface_hub
     import huggingface_hub.constants
     import socket
     import time
@@ -303,16 +304,29 @@ def test_a_hub_id_offline_fails_at_once_with_a_clear_error(tmp_path, monkeypatch
     from whisperspec.transcribe import Transcriber
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    attempts = []  # (address, timeout) of every connection tried
 
-    def unreachable(*args, **kwargs):
+    def unreachable(address, timeout=None, *args, **kwargs):
+        attempts.append((address, timeout))
         raise socket.gaierror(-2, "Name or service not known")
 
+    downloads = []  # local_files_only of every snapshot_download call
+    local_only = huggingface_hub.snapshot_download
+
+    def snapshot_download(*args, **kwargs):
+        downloads.append(kwargs.get("local_files_only", False))
+        return local_only(*args, **kwargs)
+
     monkeypatch.setattr(socket, "create_connection", unreachable)
-    started = time.perf_counter()
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(time, "sleep", lambda seconds: pytest.fail(f"waited {seconds} s to retry"))
     with pytest.raises(OSError, match="openai/whisper-tiny is not in the local Hugging Face cache, and "
                                       "huggingface.co cannot be reached"):
         Transcriber("openai/whisper-tiny")
-    assert time.perf_counter() - started < 5  # no retries
+    # at once, no retries: the local cache looked at, one bounded connection try, no download tried
+    # and no back-off
+    assert downloads == [True]
+    assert len(attempts) == 1 and attempts[0][0][0] == "huggingface.co" and 0 < attempts[0][1] <= 5
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(OSError, match="HF_HUB_OFFLINE is set"):
         load_whisper("openai/whisper-small")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -28,6 +29,13 @@ LOOKAHEADS = ["1", "2", "5", "8", "heuristic", "confidence", "cost"]
 # Drafters that agree with the random main model on some tokens of every window: n-gram lookup (the
 # random models repeat themselves), its own layers, its int8 copy.
 ALWAYS_AGREE = {"ngram", "early-exit:1", "early-exit:3", "int8"}
+# Drafters that need not agree with a random main model on text, by name, with the reason. All agree
+# on timestamp tokens, which the timestamp rules force on draft and main model alike.
+CHANCE_ON_TEXT = {
+    "int8:2000": "its head scores the 2000 most frequent text tokens; a random model's text is mostly rarer",
+    "separate": "other random weights, its head scoring 3000 text tokens",
+    "distil": "two of the main model's four layers: another random function",
+}
 
 
 def build_drafter(name: str, runtime, seed: int):
@@ -53,6 +61,34 @@ class Switching(SelectingDrafter):
         return names[self.rounds % len(names)]
 
 
+def chosen_rounds(drafter) -> Counter:
+    """A selecting drafter's rounds so far by candidate ("none": a plain step); empty for others."""
+    return Counter(getattr(drafter, "chosen_rounds", ()))
+
+
+def assert_stats_follow_choices(auto: SelectingDrafter, before: Counter, stats: list, case) -> None:
+    """`auto` picks each round's drafter, or none, from its own wall-clock timings on this machine
+    (`SelectingDrafter`): a window may go all to plain steps, or to n-gram lookup, which runs no
+    model, so whether a window proposed or ran a draft model is not fixed. What is fixed: the stats
+    show what it chose. A model candidate drafts at least one token a row, in a pass of its model;
+    n-gram lookup runs no model; a plain step proposes nothing."""
+    chosen = chosen_rounds(auto) - before
+    model_rounds = sum(n for name, n in chosen.items() if name not in ("none", "ngram"))
+    assert any(s.draft_passes > 0 for s in stats) == (model_rounds > 0), (case, chosen)
+    if model_rounds:
+        assert any(s.proposed > 0 for s in stats), (case, chosen)
+    if set(chosen) <= {"none"}:
+        assert all(s.proposed == 0 for s in stats), (case, chosen)
+
+
+def head_scores_none(drafter, rows: list[list[int]]) -> bool:
+    """Whether a draft whose head scores only the most frequent text tokens (an int8 self-draft's:
+    `defaults.INT8_DRAFT_HEAD`, or the size in its spec) scores none of these tokens: then it can
+    propose none of them."""
+    kept = set(drafter.model.vocab_ids.tolist())
+    return not kept.intersection(t for row in rows for t in row)
+
+
 def lookaheads_for(seed: int, drafter_index: int) -> list[str]:
     """Seed 0 pairs every drafter with every lookahead; seeds 1 and 2, for the suite's time, with
     four each, in turn, so that they too cover every pair between them."""
@@ -74,21 +110,32 @@ def test_every_drafter_and_lookahead_matches_plain_greedy(seed, timestamps):
         drafter = build_drafter(name, runtime, seed)
         accepted = proposed = 0
         for lookahead in lookaheads_for(seed, index):
+            before = chosen_rounds(drafter)
             result = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode(window, options)
             assert result.tokens == reference.tokens, (name, lookahead)
             assert result.stats.emitted >= len(result.tokens)
-            # it drafted ... (auto may find plain steps faster on a window, by its own timings)
-            assert result.stats.proposed > 0 or name == "auto", (name, lookahead)
+            if name == "auto":  # its choices follow its timings: the stats must show them
+                assert_stats_follow_choices(drafter, before, [result.stats], (name, lookahead))
+            else:
+                # it drafted, with its model (n-gram lookup has none) ...
+                assert result.stats.proposed > 0, (name, lookahead)
+                assert (result.stats.draft_passes > 0) == (name != "ngram"), (name, lookahead)
             proposed += result.stats.proposed
-            # ... with its model (auto may find n-gram lookup the fastest on a repetitive window)
-            assert result.stats.draft_passes > 0 or name in ("ngram", "auto"), (name, lookahead)
-            if name in ALWAYS_AGREE and lookahead != "cost":  # cost's k follows measured timings
-                assert result.stats.accepted > 0, (name, lookahead)  # ... and was right somewhere
+            if name in ALWAYS_AGREE:
+                if lookahead == "cost":
+                    # Named reason: the cost policy picks k from measured timings; where drafting
+                    # looks dear it drafts a round in `probe_every` only, and may miss every position
+                    # the draft is right at. The drafter's total over the lookaheads is checked below.
+                    pass
+                else:
+                    assert result.stats.accepted > 0, (name, lookahead)  # ... and was right somewhere
             accepted += result.stats.accepted
-        # The others score fewer tokens or are other random models: on these random windows they
-        # are right on timestamp tokens, not always on text.
-        assert accepted > 0 or not timestamps, name
         assert proposed > 0, name  # auto's first round drafts with its best prior (int8 here)
+        if timestamps or name not in CHANCE_ON_TEXT:
+            assert accepted > 0, name
+        elif name != "distil" and head_scores_none(drafter, [reference.tokens]):
+            assert accepted == 0, name  # it can propose none of the text
+        # else the named reason in CHANCE_ON_TEXT: right on text by chance only
 
 
 def test_multilingual_detection_and_translate_task_match():
@@ -225,15 +272,26 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
         drafter = None if name == "none" else build_drafter(name, runtime, 5)
         accepted = proposed = 0
         for lookahead in ("1", "4", "heuristic", "confidence"):
+            before = chosen_rounds(drafter)
             rows = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode_batch(window, options)
             assert [r.tokens for r in rows] == singles, (name, lookahead)
-            # every row drafted (auto: where its timings say drafting pays, checked over all lookaheads)
-            assert all(r.stats.proposed > 0 for r in rows) or not drafter or name == "auto", (name, lookahead)
+            if drafter is None:
+                assert all(r.stats.proposed == 0 and r.stats.draft_passes == 0 for r in rows), lookahead
+            elif name == "auto":  # its choices follow its timings: the stats must show them
+                assert_stats_follow_choices(drafter, before, [r.stats for r in rows], (name, lookahead))
+            else:
+                assert all(r.stats.proposed > 0 for r in rows), (name, lookahead)  # every row drafted
             accepted += sum(r.stats.accepted for r in rows)
             proposed += sum(r.stats.proposed for r in rows)
-        assert proposed > 0 or not drafter, name
-        # int8 rounding flips this random model's near-uniform text logits: it agrees on timestamps only
-        assert accepted > 0 or name == "none" or (name == "int8" and not timestamps), name
+        # auto too: its first round drafts with its best prior (int8 here)
+        assert (proposed > 0) == (drafter is not None), name
+        if name == "int8" and not timestamps:
+            # Named reason: this random model's text on these windows is all rare tokens, outside the
+            # int8 self-draft's head (checked): it can propose none of them, only timestamps.
+            assert head_scores_none(drafter, singles)
+            assert accepted == 0, name
+        else:
+            assert (accepted > 0) == (drafter is not None), name
 
 
 @pytest.mark.parametrize("compute_type", ["int8", "bfloat16"])
@@ -254,7 +312,14 @@ def test_a_faster_compute_type_keeps_every_drafter_exact_and_rows_independent(co
             assert [r.tokens for r in rows] == singles, (name, lookahead)
             assert all(r.stats.proposed > 0 for r in rows), (name, lookahead)
             accepted += sum(r.stats.accepted for r in rows)
-        assert accepted > 0 or name not in ALWAYS_AGREE, name
+        if name not in CHANCE_ON_TEXT:
+            assert accepted > 0, name
+        elif name != "distil":
+            # these text-only windows are all rare tokens, outside the 2000 or 3000 text tokens these
+            # drafts' heads score (checked): they can propose none of them
+            assert head_scores_none(drafter, singles), name
+            assert accepted == 0, name
+        # distil: the named reason in CHANCE_ON_TEXT (it agrees on timestamps: the first test)
 
 
 def test_a_drafter_built_after_rows_finished_gets_the_cross_attention_of_its_rows():
@@ -434,11 +499,16 @@ def test_sampled_windows_read_the_same_with_every_drafter():
     for name in DRAFTERS:
         drafter = build_drafter(name, runtime, 1)
         for lookahead in ("1", "4"):
+            before = chosen_rounds(drafter)
             result = WindowDecoder(runtime, drafter, make_lookahead(lookahead)).decode(window, options)
             assert result.tokens == plain.tokens, (name, lookahead)
-            # sampled random text never repeats: lookup finds nothing to propose, and auto learns that
-            # nothing pays here
-            if name not in ("ngram", "auto"):
+            if name == "auto":  # its choices follow its timings (and nothing pays here): the stats show them
+                assert_stats_follow_choices(drafter, before, [result.stats], (name, lookahead))
+            elif name == "ngram":
+                # Named reason: sampled random text does not repeat itself, so lookup has little or
+                # nothing to propose; no count is promised
+                pass
+            else:
                 assert result.stats.proposed > 0 and result.stats.accepted > 0, (name, lookahead)
 
 
