@@ -36,6 +36,7 @@ def worker_processes() -> list[int]:
 
 def test_a_killed_worker_loses_nothing_and_duplicates_nothing(tmp_path, recwarn):
     from whisperspec.corpus.ray_engine import ray_engine
+    from whisperspec.options import TranscriptionOptions
     from whisperspec.transcribe import Transcriber
 
     corpus = tmp_path / "corpus"
@@ -44,10 +45,10 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(tmp_path, recwarn)
         for index, clip in enumerate(ORDER):
             shutil.copy(CLIPS / f"{clip}.flac", corpus / copy / f"{index}-{clip}.flac")
     sources = sorted(expand_inputs([str(corpus)]), key=lambda s: (s.name.name, s.name.parent))
-    options = dict(model="tiny.en", language="en")
+    options = TranscriptionOptions.build("tiny.en", language="en")  # built once, shipped to every worker
 
     local_out = tmp_path / "local"
-    assert run_corpus(sources, local_engine(Transcriber(**options), 2), output_dir=local_out, formats=["txt"],
+    assert run_corpus(sources, local_engine(Transcriber(options=options), 2), output_dir=local_out, formats=["txt"],
                       progress=False) == 0
 
     killed = []
