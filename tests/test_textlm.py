@@ -196,7 +196,7 @@ class CharTokenizer(IdTokenizer):
 
 
 def test_bench_runs_every_system_and_each_matches_greedy(monkeypatch, capsys):
-    from whisperspec.textlm import bench
+    from whisperspec.bench import textlm as bench
 
     monkeypatch.setattr(bench, "load_causal_lm", lambda name: (tiny_llama(0), CharTokenizer()))
     assert bench.main(["--max-new-tokens", "12", "--repeats", "1"]) == 0

@@ -186,7 +186,8 @@ def _run_transcribe(args) -> int:
         print(f"whisperspec: --format {args.format!r}: use one or more of {', '.join(WRITERS)}, comma-separated, "
               "or all", file=sys.stderr)
         return 2
-    try:  # every option is checked before anything is made or loaded
+    try:  # every option is checked before anything is made or loaded: the output's first
+        subtitles = _subtitle_options(args)
         built = transcription_options(args)
     except SpecError as error:
         print(f"whisperspec: --draft: {error}", file=sys.stderr)
@@ -200,7 +201,6 @@ def _run_transcribe(args) -> int:
         return 2
     try:
         sources = expand_inputs(args.audio)
-        subtitles = _subtitle_options(args)
     except (InputError, ValueError) as error:
         print(f"whisperspec: {error}", file=sys.stderr)
         return 2
