@@ -126,7 +126,7 @@ def tiny_transcriber(seed: int, draft: str = "none", chunked: bool = False, **op
     from whisperspec.options import TranscriptionOptions, chunk_vad_options, vad_options
     from whisperspec.transcribe import Transcriber
     from whisperspec.vad import SpeechDetector
-    from whisperspec.whisper.drafters import parse_draft_spec
+    from whisperspec.options import parse_draft_spec
 
     transcriber = Transcriber.__new__(Transcriber)
     transcriber.runtime = tiny_runtime(seed, vocabulary="base")

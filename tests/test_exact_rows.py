@@ -168,7 +168,8 @@ DRAFTS = {"trained": "4", "int8": "heuristic", "early-exit:3": "confidence", "ng
 def test_every_compute_type_gives_a_file_the_same_tokens_alone_batched_and_drafted(base_bundle, compute_type,
                                                                                     decoder_type):
     from whisperspec.transcribe import Transcriber
-    from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
+    from whisperspec.options import parse_draft_spec
+    from whisperspec.whisper.drafters import make_drafter
     from whisperspec.whisper.model import WhisperRuntime
 
     clips = [CLIPS / f"{clip}.flac" for clip in ("vm-options", "tt-weasels")]

@@ -9,7 +9,7 @@ from whisperspec.evaluation.systems import parse_system_spec
 from whisperspec.spec import LookaheadSpec, SpecError, parse_lookahead
 from whisperspec.speculative.lookahead import Confidence, CostModel, Fixed, Heuristic, make_lookahead
 from whisperspec.textlm.generate import parse_text_draft
-from whisperspec.whisper.drafters import parse_draft_spec
+from whisperspec.options import parse_draft_spec
 
 
 @pytest.mark.parametrize("text, kind, argument, model, lookahead", [

@@ -16,7 +16,7 @@ from whisperspec.kernels.packed_linear import packed_copy
 from whisperspec.speculative.drafters.select import SelectingDrafter
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.whisper.drafters import make_drafter
-from whisperspec.whisper.drafters.auto import auto_candidates
+from whisperspec.whisper.drafters import auto_candidates
 from whisperspec.whisper.drafters.draft_models import shared_cross_layers
 from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 from whisperspec.whisper.drafters.trained import distilled_drafter, without_prompt
@@ -414,7 +414,7 @@ def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():
 def test_auto_builds_its_model_candidates_compiled_from_their_first_pass():
     """Measured eager, a seldom-chosen candidate would look dearer than it is and never run the
     passes that would compile it (`auto_candidates`)."""
-    from whisperspec.whisper.drafters.auto import auto_drafter
+    from whisperspec.whisper.drafters import auto_drafter
 
     runtime = tiny_runtime(0, dtype=torch.float32)
     auto = auto_drafter(runtime)

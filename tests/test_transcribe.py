@@ -33,7 +33,8 @@ def base():
 
 def with_drafter(plain: Transcriber, draft: str, lookahead: str) -> Transcriber:
     """`plain` with a drafter: the same loaded model and options, no second load."""
-    from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
+    from whisperspec.options import parse_draft_spec
+    from whisperspec.whisper.drafters import make_drafter
 
     speculative = Transcriber.__new__(Transcriber)
     speculative.__dict__.update(plain.__dict__)

@@ -93,6 +93,7 @@ def test_the_alignment_pass_reads_the_attention_transformers_computes():
     runtime.decoder.start(runtime.encode(random_mel(12)).hidden)  # another window: the pass must project again
     scores_again, logits_again = attention_to_audio(runtime.decoder, window.hidden, tokens, heads)
     assert torch.equal(scores, scores_again) and torch.equal(logits, logits_again)
+    assert int(runtime.decoder.lengths.max()) == 0  # its cache was scratch space, left empty
 
     implementation = model.config._attn_implementation
     model.set_attn_implementation("eager")  # transformers returns attention weights from eager attention only

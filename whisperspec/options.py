@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from whisperspec import defaults
-from whisperspec.spec import DraftSpec, is_model_name
+from whisperspec.spec import DrafterKind, DraftSpec, is_model_name, parse_draft
 
 if TYPE_CHECKING:
     from whisperspec.vad import VadOptions
@@ -21,6 +21,25 @@ COMPUTE_TYPES = ("auto", "float32", "int8", "bfloat16")  # faster-whisper's name
 TASKS = ("transcribe", "translate")
 SAMPLING = ("coupled", "residual")  # at temperature > 0 (see `whisperspec.whisper.decode.DecodeOptions`)
 ONLINE_LEARNING = ("off", "on")  # a trained draft keeps learning while it transcribes (`whisper.drafters.online`)
+
+
+# Whisper's drafter kinds (`whisperspec.whisper.drafters.make_drafter` builds each)
+DRAFTERS = (
+    DrafterKind("none", help="plain greedy decoding"),
+    DrafterKind("auto", help="the fastest of trained, int8 and ngram as decoding goes, or none"),
+    DrafterKind("trained", help="the draft trained for this model, shipped with whisperspec"),
+    DrafterKind("int8", "V", help="the main decoder in int8, its head scoring V tokens"),
+    DrafterKind("early-exit", "E", help="the main decoder's first E layers"),
+    DrafterKind("ngram", "N", help="prompt lookup, n-grams up to N"),
+)
+
+
+def parse_draft_spec(text: str | DraftSpec | None, lookahead: str | int | None = None,
+                     default: str = defaults.DRAFT) -> DraftSpec:
+    """`DRAFT[@LOOKAHEAD]` for a Whisper model, checked before anything loads."""
+    from whisperspec.models.registry import EMBEDDED_MODELS
+
+    return parse_draft(text, DRAFTERS, models=EMBEDDED_MODELS, files=True, lookahead=lookahead, default=default)
 
 
 def _default_decode_options() -> "DecodeOptions":
@@ -100,7 +119,6 @@ class TranscriptionOptions:
         progress: a progress bar over a long input.
         """
         from whisperspec.whisper.decode import DecodeOptions
-        from whisperspec.whisper.drafters import parse_draft_spec
 
         spec = parse_draft_spec(draft, lookahead)
         temperature = temperatures(temperature)

@@ -27,7 +27,8 @@ from whisperspec.audio import N_FRAMES, N_SAMPLES, load_audio, log_mel_spectrogr
 from whisperspec.resources import bench_clips
 from whisperspec import defaults
 from whisperspec.spec import SpecError, parse_lookahead
-from whisperspec.whisper.drafters import make_drafter, parse_draft_spec
+from whisperspec.options import parse_draft_spec
+from whisperspec.whisper.drafters import make_drafter
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.warmup import WarmUp
 from whisperspec.transcribe import Transcriber

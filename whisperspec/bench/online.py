@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--language", default=None, help="default: the data set's, else detected")
     parser.add_argument("--greedy", action="store_true", help="also decode without a draft (slow; the reference)")
     args = parser.parse_args(argv)
-    from whisperspec.whisper.drafters import parse_draft_spec
+    from whisperspec.options import parse_draft_spec
 
     try:
         parse_draft_spec(args.draft)

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from whisperspec.evaluation.runner import evaluate
     from whisperspec.evaluation.systems import WhisperspecSystem
     from whisperspec.spec import SpecError
-    from whisperspec.whisper.drafters import parse_draft_spec
+    from whisperspec.options import parse_draft_spec
 
     try:
         draft = parse_draft_spec(args.draft)

@@ -41,7 +41,7 @@ from whisperspec.output import write_outputs
 from whisperspec.resources import sample_audio
 from whisperspec.transcribe import Transcriber
 from whisperspec.spec import DraftSpec
-from whisperspec.whisper.drafters import DRAFTERS, parse_draft_spec
+from whisperspec.options import DRAFTERS, parse_draft_spec
 from whisperspec.options import COMPUTE_TYPES, TranscriptionOptions
 from whisperspec.whisper.model import resolve_compute_type
 

@@ -146,7 +146,7 @@ PEERS = ("transformers", "faster-whisper")
 
 def parse_system_spec(spec: str):
     """`SYSTEM[:DRAFT[@LOOKAHEAD]]` for ours, `SYSTEM[:OPTION]` for the peers; checked before any load."""
-    from whisperspec.whisper.drafters import DRAFTERS
+    from whisperspec.options import DRAFTERS
     from whisperspec.models.registry import EMBEDDED_MODELS
 
     drafting = dict(kinds=DRAFTERS, models=EMBEDDED_MODELS, files=True, default=defaults.DRAFT)
