@@ -4,6 +4,7 @@ so drafting and batching change no token whatever the compute type."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from whisperspec.cpu import thread_counts
 from whisperspec.speculative.warmup import WarmUp
 from whisperspec.kernels.exact_rows import (ANY_ROWS, KEY_BLOCK, ONE_ROW, RowBlock, attention_block, product_block,
                                             rows_attention, rows_cache_attention, rows_product)
@@ -26,8 +28,8 @@ DTYPES = [torch.float32, torch.bfloat16]
 def test_this_processor_keeps_rows_apart_in_blocks_of_several(dtype):
     """Checked on products and attention of base's widths; a processor where no block keeps rows
     apart would fall back to one row a call (exact, but a verify pass would cost k steps)."""
-    products = product_block(dtype, 512, 2048, torch.get_num_threads())
-    attention = attention_block(dtype, 8, 64, 448, 1500, torch.get_num_threads())
+    products = product_block(dtype, 512, 2048, thread_counts())
+    attention = attention_block(dtype, 8, 64, 448, 1500, thread_counts())
     assert products != ONE_ROW and products.largest >= 16, products
     assert attention != ONE_ROW and attention.largest >= 9, attention  # a verify pass of 8 drafted tokens in one call
 
@@ -35,19 +37,32 @@ def test_this_processor_keeps_rows_apart_in_blocks_of_several(dtype):
 @needs_onednn
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_row_gets_the_same_bits_alone_and_beside_any_others(dtype):
-    block = product_block(dtype, 512, 2048, torch.get_num_threads())
+    block = product_block(dtype, 512, 2048, thread_counts())
     generator = torch.Generator().manual_seed(1)
     for rows_out, rows_in, attr in ((512, 2048, "none"), (2048, 512, "gelu"), (1536, 512, "none")):
         weight = packed_weight(torch.randn(rows_out, rows_in, generator=generator).to(dtype))
         bias = torch.randn(rows_out, generator=generator).to(dtype)
         algorithm = "none" if attr == "gelu" else ""
         x = torch.randn(150, rows_in, generator=generator).to(dtype)  # past the largest block: split
-        alone = torch.cat([rows_product(row[None], weight, bias, attr, algorithm, block.smallest, block.largest)
-                           for row in x])
-        for first, count in ((0, 150), (3, 1), (5, 2), (7, 9), (0, block.largest), (1, block.largest + 1)):
-            together = rows_product(x[first:first + count][None], weight, bias, attr, algorithm, block.smallest,
-                                    block.largest)[0]
-            assert torch.equal(together, alone[first:first + count]), (rows_out, rows_in, first, count)
+        with torch_threads(1):  # the bits do not depend on the threads either (`whisperspec.cpu`)
+            alone = torch.cat([rows_product(row[None], weight, bias, attr, algorithm, block.smallest, block.largest)
+                               for row in x])
+        for threads in thread_counts():
+            for first, count in ((0, 150), (3, 1), (5, 2), (7, 9), (0, block.largest), (1, block.largest + 1)):
+                with torch_threads(threads):
+                    together = rows_product(x[first:first + count][None], weight, bias, attr, algorithm,
+                                            block.smallest, block.largest)[0]
+                assert torch.equal(together, alone[first:first + count]), (rows_out, rows_in, first, count, threads)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @needs_onednn
@@ -55,7 +70,7 @@ def test_a_row_gets_the_same_bits_alone_and_beside_any_others(dtype):
 def test_a_query_gets_the_same_bits_in_a_step_a_longer_pass_and_a_batch(dtype):
     """Self-attention over a cache, each query seeing keys up to its own position (across the end of
     a key block too), and cross-attention over 1500 frames."""
-    block = attention_block(dtype, 8, 64, 448, 1500, torch.get_num_threads())
+    block = attention_block(dtype, 8, 64, 448, 1500, thread_counts())
     generator = torch.Generator().manual_seed(2)
     k_cache, v_cache = (torch.randn(2, 8, 448, 64, generator=generator).to(dtype) for _ in range(2))
     k_cross, v_cross = (torch.randn(2, 8, 1500, 64, generator=generator).to(dtype) for _ in range(2))

@@ -96,7 +96,7 @@ def add_parity_options(parser: argparse.ArgumentParser) -> None:
                    help=f"audio kept on each side of speech (default {defaults.VAD_SPEECH_PAD_MS})")
     p.add_argument("--suppress-tokens", metavar="-1", default="-1",
                    help="-1 only: Whisper's non-speech tokens (the default)")
-    p.add_argument("--threads", metavar="N", default=0, help="CPU threads torch uses (default 0: torch's choice)")
+    p.add_argument("--threads", metavar="N", default=0, help="CPU threads torch uses (default 0: the cores other processes leave free, chosen again every window)")
     p.add_argument("--model-dir", metavar="DIR", default=None,
                    help="where converted models are cached (as $WHISPERSPEC_CACHE)")
     p.add_argument("--verbose", metavar="True|False", default=None,
@@ -112,7 +112,7 @@ def transcription_options(args: argparse.Namespace) -> TranscriptionOptions:
     has under the same name, with openai-whisper's spellings (True / False, a temperature and its
     increment, --vad-filter) turned into ours. A SpecError or ValueError names a bad one. The
     process-wide options (threads, model folder) are applied; `args.verbose` becomes a bool or None."""
-    import torch
+    from whisperspec.cpu import fix_threads
 
     if str(args.suppress_tokens).strip() != "-1":
         raise ValueError(f"suppress tokens {args.suppress_tokens!r}: only -1 (Whisper's non-speech tokens, the "
@@ -144,7 +144,7 @@ def transcription_options(args: argparse.Namespace) -> TranscriptionOptions:
         "condition_on_previous_text": options.boolean("condition on previous text", args.condition_on_previous_text),
         "carry_initial_prompt": options.boolean("carry initial prompt", args.carry_initial_prompt)})
     if threads:
-        torch.set_num_threads(threads)
+        fix_threads(threads)
     if args.model_dir:
         os.environ["WHISPERSPEC_CACHE"] = str(args.model_dir)
     return built

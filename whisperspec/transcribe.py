@@ -12,6 +12,7 @@ from tqdm import tqdm
 from whisperspec.audio import (DEFAULT_MAX_SECONDS, N_FRAMES, N_SAMPLES, SAMPLE_RATE, is_silent, load_audio,
                                log_mel_spectrogram)
 from whisperspec import defaults, options
+from whisperspec.cpu import governor
 from whisperspec.options import TranscriptionOptions
 from whisperspec.models import load_whisper
 from whisperspec.result import Segment, Transcription, TranscriptionStats, VadStats
@@ -42,6 +43,7 @@ class Transcriber:
         # every option is checked before the model loads: a typo costs nothing
         self.options = options or TranscriptionOptions.build(model or defaults.MODEL, **arguments)
         self.speech_detector = SpeechDetector(self.options.vad) if self.options.vad else None
+        governor()  # its first sample of the CPUs' load spans the model's loading
         try:
             self.bundle = load_whisper(self.options.model)
         except OSError as error:

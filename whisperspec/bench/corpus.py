@@ -14,8 +14,14 @@ It prints wall time, audio-s per second, the ratio to each baseline, WER against
 references, and how many transcripts are identical between `whisperspec` and `greedy` (the lossless
 check, end to end).
 
+`--load` also times every system on a shared machine: `busy`, beside a neighbour spinning on one
+core (a bounded busy loop, as a shell loop or another user's job would), and `twin`, two copies of
+the same command at once (each timed; the slower counts). It prints each system's slowdown against
+its own quiet run.
+
     whisperspec bench-corpus --data asterisk-en --limit 64
     whisperspec bench-corpus --data asterisk-en-long --limit 4 --systems whisperspec,chunked,greedy,faster-whisper,fw-batched
+    whisperspec bench-corpus --data codec2-en --limit 11 --systems whisperspec,faster-whisper --load quiet,busy,twin
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from pathlib import Path
 from whisperspec import defaults
 
 SYSTEMS = ("whisperspec", "chunked", "greedy", "faster-whisper", "fw-batched")
+LOADS = ("quiet", "busy", "twin")
+NEIGHBOUR_LIMIT_S = 3600  # the busy loop ends by itself even if this process is killed
 DEFAULT_SYSTEMS = ("whisperspec", "greedy", "faster-whisper", "fw-batched")
 
 
@@ -46,11 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma-separated, of {', '.join(SYSTEMS)}")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--workdir", type=Path, default=None, help="where the outputs go (default: a temporary folder)")
+    parser.add_argument("--load", default="quiet", help=f"comma-separated, of {', '.join(LOADS)} (default quiet)")
     args = parser.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         parser.error(f"--systems: unknown {', '.join(sorted(unknown))}; use {', '.join(SYSTEMS)}")
+    loads = [s.strip() for s in args.load.split(",") if s.strip()]
+    if set(loads) - set(LOADS) or "quiet" not in loads:
+        parser.error(f"--load: of {', '.join(LOADS)}, quiet included")
 
     from whisperspec.evaluation.datasets import load_dataset
 
@@ -64,19 +76,51 @@ def main(argv: list[str] | None = None) -> int:
             if not link.exists():
                 link.symlink_to(Path(utterance.audio).resolve())
         language = utterances[0].language or "en"
-        seconds = {name: [] for name in systems}
+        seconds = {(name, load): [] for name in systems for load in loads}
         for repeat in range(args.repeats):
-            for name in systems:
-                out = work / f"{name}-{repeat}"
-                command = _command(name, args, corpus, out, language)
-                started = time.perf_counter()
-                done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                seconds[name].append(time.perf_counter() - started)
-                if done.returncode:
-                    print(f"whisperspec: bench-corpus: {name} failed:\n{done.stderr}", file=sys.stderr)
-                    return 1
-        _report(utterances, systems, seconds, work, language, args)
+            for load in loads:
+                for name in systems:
+                    outs = [work / (f"{name}-{repeat}" + ("" if load == "quiet" else f"-{load}{copy}"))
+                            for copy in range(2 if load == "twin" else 1)]
+                    took = _timed([_command(name, args, corpus, out, language) for out in outs], busy=load == "busy")
+                    if isinstance(took, str):
+                        print(f"whisperspec: bench-corpus: {name} ({load}) failed:\n{took}", file=sys.stderr)
+                        return 1
+                    seconds[name, load].append(took)
+        _report(utterances, systems, {name: seconds[name, "quiet"] for name in systems}, work, language, args)
+        if len(loads) > 1:
+            _report_loads(systems, loads, seconds)
     return 0
+
+
+def _timed(commands: list[list[str]], busy: bool) -> float | str:
+    """Seconds until the last of `commands` (run at once) exits, beside a neighbour spinning on one
+    core if `busy`; a failure's error output instead."""
+    neighbour = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + "
+                                  f"{NEIGHBOUR_LIMIT_S}\nwhile time.monotonic() < end: pass"]) if busy else None
+    try:
+        started = time.perf_counter()
+        running = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for c in commands]
+        errors = [p.communicate()[1] for p in running]
+        took = time.perf_counter() - started
+    finally:
+        if neighbour:
+            neighbour.kill()
+            neighbour.wait()
+    failed = [e for p, e in zip(running, errors) if p.returncode]
+    return failed[0] if failed else took
+
+
+def _report_loads(systems: list[str], loads: list[str], seconds: dict) -> None:
+    print("\n## On a shared machine (busy: one core spun by another process; twin: two copies at once, "
+          "the slower)\n")
+    print("| system | " + " | ".join(f"{load} s" for load in loads) + " | "
+          + " | ".join(f"{load} slowdown" for load in loads if load != "quiet") + " |")
+    print("|---|" + "---|" * (2 * len(loads) - 1))
+    for name in systems:
+        wall = {load: statistics.median(seconds[name, load]) for load in loads}
+        print(f"| {name} | " + " | ".join(f"{wall[load]:.1f}" for load in loads) + " | "
+              + " | ".join(f"{wall[load] / wall['quiet']:.2f}x" for load in loads if load != "quiet") + " |")
 
 
 def _command(name: str, args, corpus: Path, out: Path, language: str) -> list[str]:

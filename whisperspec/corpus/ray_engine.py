@@ -15,11 +15,21 @@ of stopping the run.
 
 Inputs must be readable at the same path on every node (a shared filesystem or a mounted bucket):
 the workers read the audio themselves. docs/CORPUS.md: running it on a multi-machine cluster.
+
+Joining a cluster started by hand (`ray start --head`): a HOST:PORT address is tried first (a
+closed port is one line, at once, instead of Ray's retries), and the cluster's token is sent where
+one exists (`ray start` turns token authentication on when it finds one; Ray's driver sends it only
+when told to). A cluster that cannot be joined, or that goes away mid-run, is a `ClusterError`: one
+line naming the address and what to do. (Ray itself turns 127.0.0.1 into the machine's outward
+address, for the nodes and the driver alike: docs/CORPUS.md says how to keep a cluster on loopback.)
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
+import sys
 import time
 import warnings
 from collections import deque
@@ -28,20 +38,25 @@ from typing import Callable, Iterator
 
 from whisperspec import defaults
 from whisperspec.corpus.inputs import Source
-from whisperspec.corpus.results import FileResult
+from whisperspec.corpus.results import EngineError, FileResult
 from whisperspec.options import TranscriptionOptions
 
 ATTEMPTS = 3  # a file is tried by this many workers before it is recorded as an error
 PROBE_SECONDS = 0.5  # between calls asking whether a restarting actor is back
+CONNECT_TIMEOUT_S = 5.0  # to open the cluster's port: a cluster that takes longer is not there
+
+
+class ClusterError(EngineError):
+    """The Ray cluster cannot be joined, or went away mid-run: the message names the address."""
 
 
 class TranscriberWorker:
     """A Ray actor's state: one Transcriber, its torch threads the CPUs Ray gave the actor."""
 
     def __init__(self, options: TranscriptionOptions, threads: int):
-        import torch
+        from whisperspec.cpu import fix_threads
 
-        torch.set_num_threads(threads)
+        fix_threads(threads)
         from whisperspec.transcribe import Transcriber
 
         self.transcriber = Transcriber(options=options)
@@ -59,6 +74,11 @@ def ray_engine(options: TranscriptionOptions, *, address: str | None = None, wor
     """An engine for `run_corpus` on the cluster at `address` (None: a local one started here and
     stopped at the end), each actor loading the model with `options` (checked when they were built).
     `ray_init`: more `ray.init` arguments (a test's `num_cpus`)."""
+    if "ray" not in sys.modules:  # read when Ray is imported
+        if address and "RAY_AUTH_MODE" not in os.environ and _token_available():
+            # `ray start` turns token authentication on where it finds a token, and Ray's driver
+            # sends it only when told to; a cluster without tokens ignores it
+            os.environ["RAY_AUTH_MODE"] = "token"
     try:
         import ray
     except ImportError as error:
@@ -72,20 +92,64 @@ def ray_engine(options: TranscriptionOptions, *, address: str | None = None, wor
     def run(sources: list[Source], on_progress: Callable[[float], None]) -> Iterator[FileResult]:
         started_here = not ray.is_initialized()
         if started_here:
-            ray.init(address=address, log_to_driver=False, **(ray_init or {}))
+            _connect(ray, address, ray_init)
         actors = []
         try:
             count = workers or max(1, int(ray.cluster_resources().get("CPU", cpus)) // cpus)
             remote = ray.remote(TranscriberWorker).options(num_cpus=cpus, max_restarts=-1, max_task_retries=0)
             actors = [remote.remote(options, cpus) for _ in range(min(count, max(1, len(sources))))]
             yield from _hand_out(ray, actors, sources, chunk, batch, on_progress)
+        except ray.exceptions.RaySystemError as error:  # the cluster itself is gone
+            raise ClusterError(f"the Ray cluster at {address or 'this machine'} went away mid-run "
+                               f"({_first_line(error)}): start it again and rerun (files already "
+                               "written are skipped)") from None
         finally:
             for actor in actors:
-                ray.kill(actor)
+                try:
+                    ray.kill(actor)
+                except Exception:  # noqa: BLE001 -- a cluster already gone has nothing left to stop
+                    pass
             if started_here:
                 ray.shutdown()
 
     return run
+
+
+def _connect(ray, address: str | None, ray_init: dict | None) -> None:
+    """Join the cluster at `address` (None: start one here), with Ray's start-up notices kept off
+    the user's terminal; a failure is a `ClusterError` naming the address and the fix."""
+    quiet = dict(log_to_driver=False, logging_level=logging.ERROR)
+    if address is None:
+        ray.init(**quiet, **(ray_init or {}))
+        return
+    host, _, port = address.rpartition(":")
+    if host and not address.startswith("ray://"):  # not `auto`, nor Ray Client's own protocol
+        if not port.isdigit():
+            raise ClusterError(f"--ray-address {address}: give HOST:PORT, as `ray start --head` printed it")
+        try:
+            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as error:
+            raise ClusterError(f"--ray-address {address}: no Ray cluster answers there "
+                               f"({error.strerror or error}): start one with `ray start --head --port {port}`, "
+                               "or give the address `ray start` printed") from None
+    try:
+        ray.init(address=address, **quiet)
+    except Exception as error:  # noqa: BLE001 -- Ray's connection errors share no base class
+        raise ClusterError(f"--ray-address {address}: cannot join the Ray cluster there ({_first_line(error)})"
+                           + ("" if "RAY_AUTH" not in str(error) and "uthentication" not in str(error) else
+                              ": give it the cluster's token (RAY_AUTH_TOKEN, or `ray get-auth-token` on its head "
+                              "into ~/.ray/auth_token)")) from None
+
+
+def _token_available() -> bool:
+    """Where Ray's driver looks for a token: the environment, then ~/.ray/auth_token."""
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or os.path.isfile(os.path.expanduser("~/.ray/auth_token")))
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def _hand_out(ray, actors: list, sources: list[Source], chunk: int, batch: int,

@@ -27,6 +27,11 @@ from whisperspec.result import Transcription
 RESULTS_NAME = "results.jsonl"
 
 
+class EngineError(RuntimeError):
+    """An engine cannot go on (a cluster that cannot be joined or has gone): the run stops with
+    this one line, what was recorded stays recorded."""
+
+
 @dataclass
 class FileResult:
     """One corpus file's outcome: its transcription, or the one-line error that stopped it."""

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 
 from whisperspec.corpus.inputs import Source
 from whisperspec.corpus.progress import CorpusProgress
-from whisperspec.corpus.results import RESULTS_NAME, FileResult, ResultsLog, interrupts_deferred, is_done
+from whisperspec.corpus.results import RESULTS_NAME, EngineError, FileResult, ResultsLog, interrupts_deferred, is_done
 
 # engine(sources, on_progress) -> results in completion order; on_progress(audio seconds) as
 # windows are decoded
@@ -66,6 +66,9 @@ def run_corpus(sources: list[Source], engine: Engine, *, output_dir: Path | None
                 bar.bar.write(f"whisperspec: {result.error}", file=sys.stderr)
             elif on_result:
                 on_result(result)
+    except EngineError as error:
+        print(f"whisperspec: {error}", file=sys.stderr)
+        return 1
     finally:
         bar.close()
         if log:

@@ -23,9 +23,12 @@ pass (the kernel's blocking over the keys moves with their number, and with it t
 Which blocks keep rows apart is a property of the processor's kernels, so it is checked
 (`product_block`, `attention_block`) on products and attention of the model's own widths, never
 timed: the first block that keeps rows apart is used, and where none does, one row a call (exact
-by construction, slower). The check costs a few tenths of a second, a share of a short file's
-whole run: its answer is kept on disk for this processor, torch build and thread count
-(`whisperspec.kept`), and made again when any of them changes.
+by construction, slower). Kernels may also split their sums by thread, and the thread count follows
+the machine's load (`whisperspec.cpu`): a block keeps rows apart only if every row gets the bits it
+gets alone on one thread, at each thread count the process may run with. The check costs a few
+tenths of a second, a share of a short file's whole run: its answer is kept on disk for this
+processor, torch build and those thread counts (`whisperspec.kept`), and made again when any of
+them changes.
 """
 
 from __future__ import annotations
@@ -179,16 +182,35 @@ def _sizes(block: RowBlock) -> list[int]:
     return sorted(s for s in sizes if block.smallest <= s <= block.largest)
 
 
-def _keeps_rows_apart(run, block: RowBlock) -> bool:
+def _keeps_rows_apart(run, block: RowBlock, threads: tuple[int, ...] = ()) -> bool:
     """Whether `run(indices)` (the results of the rows of a fixed table at `indices`, in one call)
-    gives each row the bits it gets alone, padded to `block.smallest`, for every row count of the
-    block and at every place in the call."""
+    gives each row the bits it gets alone on one thread, padded to `block.smallest`, for every row
+    count of the block, at every place in the call, and at each of the `threads` counts."""
     def padded(indices: list[int]) -> torch.Tensor:
         return run(indices + indices[-1:] * (block.smallest - len(indices)))[:len(indices)]
 
-    alone = torch.cat([padded([i]) for i in range(block.largest)])
-    return all(torch.equal(padded(list(range(first, first + count))), alone[first:first + count])
-               for count in _sizes(block) for first in (0, block.largest - count))
+    with _threads(1):
+        alone = torch.cat([padded([i]) for i in range(block.largest)])
+    for count_threads in threads or (torch.get_num_threads(),):
+        with _threads(count_threads):
+            if not all(torch.equal(padded(list(range(first, first + count))), alone[first:first + count])
+                       for count in _sizes(block) for first in (0, block.largest - count)):
+                return False
+    return True
+
+
+class _threads:
+    """Torch runs `count` threads inside the block (the count before is put back)."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __enter__(self):
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(self.count)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.before)
 
 
 def _kept_block(name: str, find: Callable[[], RowBlock]) -> RowBlock:
@@ -207,16 +229,20 @@ def _kept_block(name: str, find: Callable[[], RowBlock]) -> RowBlock:
 
 
 @functools.cache
-def product_block(dtype: torch.dtype, width: int, inner: int, threads: int = 0) -> RowBlock:
+def product_block(dtype: torch.dtype, width: int, inner: int, threads: tuple[int, ...] = ()) -> RowBlock:
     """The block of rows in which oneDNN's products (float32, or bfloat16 with float32 sums) keep
     every row's bits here, for a network of `width` channels and `inner` feed-forward ones: checked
-    on products of those shapes, with GELU inside and without (`threads`: the thread count it is
-    checked with, a key). ONE_ROW where no block does, or where oneDNN cannot run them."""
-    name = f"product-rows-{str(dtype).removeprefix('torch.')}-{width}-{inner}-{threads}"
-    return _kept_block(name, functools.partial(_find_product_block, dtype, width, inner))
+    on products of those shapes, with GELU inside and without, at each of the `threads` counts
+    (none: the current one). ONE_ROW where no block does, or where oneDNN cannot run them."""
+    name = f"product-rows-{str(dtype).removeprefix('torch.')}-{width}-{inner}-{_threads_key(threads)}"
+    return _kept_block(name, functools.partial(_find_product_block, dtype, width, inner, threads))
 
 
-def _find_product_block(dtype: torch.dtype, width: int, inner: int) -> RowBlock:
+def _threads_key(threads: tuple[int, ...]) -> str:
+    return "+".join(map(str, threads or (torch.get_num_threads(),)))
+
+
+def _find_product_block(dtype: torch.dtype, width: int, inner: int, threads: tuple[int, ...]) -> RowBlock:
     from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, packed_weight
 
     if not ONEDNN_AVAILABLE or dtype not in (torch.float32, torch.bfloat16):
@@ -234,7 +260,7 @@ def _find_product_block(dtype: torch.dtype, width: int, inner: int) -> RowBlock:
             products.append(functools.partial(_product_of, table, weight, bias, attr, algorithm))
     try:
         for block in PRODUCT_BLOCKS:
-            if all(_keeps_rows_apart(run, block) for run in products):
+            if all(_keeps_rows_apart(run, block, threads) for run in products):
                 return block
     except (AttributeError, RuntimeError):  # a torch build without these ops
         pass
@@ -247,16 +273,17 @@ def _product_of(table, weight, bias, attr, algorithm, indices):
 
 @functools.cache
 def attention_block(dtype: torch.dtype, heads: int, head_dim: int, keys: int, frames: int,
-                    threads: int = 0) -> RowBlock:
+                    threads: tuple[int, ...] = ()) -> RowBlock:
     """The block of queries in which torch's attention keeps every query's bits here: over a cache
     of up to `keys` positions read in `KEY_BLOCK`s, each query seeing those up to its own
     (self-attention), and over `frames` unmasked encoder frames (cross-attention); a batch's rows
-    apart too. ONE_ROW where no block does."""
-    name = f"attention-rows-{str(dtype).removeprefix('torch.')}-{heads}-{head_dim}-{keys}-{frames}-{threads}"
-    return _kept_block(name, functools.partial(_find_attention_block, dtype, heads, head_dim, keys, frames))
+    apart too; at each of the `threads` counts (none: the current one). ONE_ROW where no block does."""
+    name = f"attention-rows-{str(dtype).removeprefix('torch.')}-{heads}-{head_dim}-{keys}-{frames}-{_threads_key(threads)}"
+    return _kept_block(name, functools.partial(_find_attention_block, dtype, heads, head_dim, keys, frames, threads))
 
 
-def _find_attention_block(dtype: torch.dtype, heads: int, head_dim: int, keys: int, frames: int) -> RowBlock:
+def _find_attention_block(dtype: torch.dtype, heads: int, head_dim: int, keys: int, frames: int,
+                          threads: tuple[int, ...]) -> RowBlock:
     generator = torch.Generator().manual_seed(0)
     largest = max(block.largest for block in ATTENTION_BLOCKS)
     queries = torch.randn(2, heads, largest, head_dim, generator=generator).to(dtype)
@@ -276,7 +303,7 @@ def _find_attention_block(dtype: torch.dtype, heads: int, head_dim: int, keys: i
 
     try:
         for block in ATTENTION_BLOCKS:
-            if all(_keeps_rows_apart(functools.partial(attend, length, masked, rows), block)
+            if all(_keeps_rows_apart(functools.partial(attend, length, masked, rows), block, threads)
                    for length, masked in (*[(n, True) for n in lengths], (frames, False)) for rows in (1, 2)):
                 return block
     except RuntimeError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from whisperspec.cpu import thread_counts
 from whisperspec.kernels.exact_rows import ANY_ROWS, attention_block, product_block
 from whisperspec.kernels.int8_linear import Int8Linear
 from whisperspec.kernels.packed_linear import Bfloat16Linear, PackedLinear, packed_copy
@@ -117,13 +118,13 @@ class KVDecoder:
         """The block of rows in which this machine's products keep the rows of a decoder with
         `layer`'s widths apart, in `dtype` (`whisperspec.kernels.exact_rows`)."""
         return product_block(dtype, layer.self_attn.q_proj.weight.shape[1], layer.fc1.weight.shape[0],
-                             torch.get_num_threads())
+                             thread_counts())
 
     @classmethod
     def row_blocks(cls, layer: nn.Module, dtype: torch.dtype, keys: int, frames: int):
         """`product_rows`, and the block of queries in which attention keeps them apart."""
         attn = layer.self_attn
-        attention = attention_block(dtype, attn.num_heads, attn.head_dim, keys, frames, torch.get_num_threads())
+        attention = attention_block(dtype, attn.num_heads, attn.head_dim, keys, frames, thread_counts())
         return cls.product_rows(layer, dtype), attention
 
     # ------------------------------------------------------------------ state

@@ -7,6 +7,7 @@ from functools import cached_property
 
 import torch
 
+from whisperspec.cpu import adjust_threads
 from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast
 from whisperspec.options import COMPUTE_TYPES
 from whisperspec.whisper.alignment import alignment_heads
@@ -103,6 +104,7 @@ class WhisperRuntime:
 
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> EncodedWindow:
+        adjust_threads()  # every window starts on the cores free now (`whisperspec.cpu`)
         mel = mel.to(self.model.dtype)
         return EncodedWindow(mel, self.encoder(mel))
 
