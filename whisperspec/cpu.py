@@ -10,8 +10,7 @@ included: a virtual CPU the host gave to someone else is as busy) less this proc
 and runs torch on the free cores, rounded down to one of `thread_counts()`, at least one. The
 exact-rows kernels are checked to give every row the same bits at each of those counts
 (`whisperspec.kernels.exact_rows`), so a token does not depend on how busy the machine was while it
-was decoded. How the workers wait is left as it is
-(spinning): passive waiting made every decoder step dearer on a quiet host, and with the count
+was decoded. How the workers wait is left as it is (spinning): passive waiting made every decoder step dearer on a quiet host, and with the count
 following the free cores the spinning happens where nobody else wants the core.
 
 The CPUs it may use are its affinity mask (`taskset`, a container's cpuset), capped by a cgroup
@@ -59,7 +58,7 @@ def _busy_ticks(cpus: list[int]) -> int | None:
     wanted = {f"cpu{cpu}" for cpu in cpus}
     busy = 0
     for line in lines:
-        name, *ticks = line.split()
+        name, *ticks = line.split() or [""]
         if name in wanted:
             values = [int(t) for t in ticks[:8]]  # user nice system idle iowait irq softirq steal
             busy += sum(values) - values[3] - values[4]
