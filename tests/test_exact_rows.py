@@ -4,7 +4,6 @@ so drafting and batching change no token whatever the compute type."""
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from whisperspec.cpu import thread_counts
+from whisperspec.cpu import thread_counts, torch_threads
 from whisperspec.speculative.warmup import WarmUp
 from whisperspec.kernels.exact_rows import (ANY_ROWS, KEY_BLOCK, ONE_ROW, RowBlock, attention_block, product_block,
                                             rows_attention, rows_cache_attention, rows_product)
@@ -53,16 +52,6 @@ def test_a_row_gets_the_same_bits_alone_and_beside_any_others(dtype):
                     together = rows_product(x[first:first + count][None], weight, bias, attr, algorithm,
                                             block.smallest, block.largest)[0]
                 assert torch.equal(together, alone[first:first + count]), (rows_out, rows_in, first, count, threads)
-
-
-@contextlib.contextmanager
-def torch_threads(count: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @needs_onednn

@@ -22,6 +22,7 @@ set one) is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -147,3 +148,16 @@ def fix_threads(threads: int) -> None:
 
     torch.set_num_threads(threads)
     governor().fixed = True
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """Torch runs `count` threads inside the block; the count before is put back after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from whisperspec import defaults
+from whisperspec.cpu import torch_threads
 
 SAMPLE_RATE = 16000
 FRAME = 512  # samples per Silero frame at 16 kHz (32 ms)
@@ -58,7 +59,9 @@ class SpeechDetector:
         """
         import torch
 
-        with _one_thread(), torch.inference_mode():
+        # Silero's network is a few small products per frame: two threads only wait on each other
+        # (on a busy machine, many times slower)
+        with torch_threads(1), torch.inference_mode():
             audio = torch.as_tensor(samples, dtype=torch.float32)
             frames = -(-len(audio) // FRAME)
             padded = torch.nn.functional.pad(audio, (CONTEXT, frames * FRAME - len(audio)))
@@ -93,29 +96,13 @@ class SpeechDetector:
 @functools.lru_cache(maxsize=1)
 def _silero_network():
     """silero-vad's 16-kHz TorchScript network, from the file inside the package."""
-    with _one_thread(), warnings.catch_warnings():  # importing silero_vad sets 1 thread for the whole process
+    with torch_threads(1), warnings.catch_warnings():  # importing silero_vad sets 1 thread for the whole process
         warnings.filterwarnings("ignore", category=DeprecationWarning)  # how it opens its file: not ours to act on
         try:
             from silero_vad import load_silero_vad
         except ImportError as error:
             raise ValueError("vad: needs the silero-vad package (pip install 'whisperspec[vad]')") from error
         return load_silero_vad()._model
-
-
-class _one_thread:
-    """Silero's network is a few small products per frame: two threads only wait on each other
-    (on a busy machine, many times slower). The caller's thread count is put back afterwards."""
-
-    def __enter__(self):
-        import torch
-
-        self.threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        import torch
-
-        torch.set_num_threads(self.threads)
 
 
 class SpeechMap:

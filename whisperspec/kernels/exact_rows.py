@@ -42,6 +42,8 @@ from typing import Callable, List, Optional
 import torch
 import torch.nn.functional as F
 
+from whisperspec.cpu import torch_threads
+
 
 @dataclass(frozen=True)
 class RowBlock:
@@ -189,28 +191,15 @@ def _keeps_rows_apart(run, block: RowBlock, threads: tuple[int, ...] = ()) -> bo
     def padded(indices: list[int]) -> torch.Tensor:
         return run(indices + indices[-1:] * (block.smallest - len(indices)))[:len(indices)]
 
-    with _threads(1):
+    with torch_threads(1):
         alone = torch.cat([padded([i]) for i in range(block.largest)])
     for count_threads in threads or (torch.get_num_threads(),):
-        with _threads(count_threads):
+        with torch_threads(count_threads):
             if not all(torch.equal(padded(list(range(first, first + count))), alone[first:first + count])
                        for count in _sizes(block) for first in (0, block.largest - count)):
                 return False
     return True
 
-
-class _threads:
-    """Torch runs `count` threads inside the block (the count before is put back)."""
-
-    def __init__(self, count: int):
-        self.count = count
-
-    def __enter__(self):
-        self.before = torch.get_num_threads()
-        torch.set_num_threads(self.count)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.before)
 
 
 def _kept_block(name: str, find: Callable[[], RowBlock]) -> RowBlock:
