@@ -60,6 +60,9 @@ MAX_TRANSCRIBERS = 3  # loaded models kept (each ~0.5-1 GB); the least recently 
 LEGEND = ('<div class="ws-legend"><span class="ws-tok ws-draft">drafted, accepted</span>'
           '<span class="ws-tok ws-main">from the main model (correction or bonus)</span></div>')
 LIVE_LEGEND = LEGEND.replace("</div>", '<span class="ws-tok ws-draft ws-tentative">tentative (may change)</span></div>')
+# what the page says where a transcript is empty: silence, noise or music the model found no words in
+NO_SPEECH = "no speech found in this audio"
+NO_SPEECH_VIEW = f'<div class="ws-tokens"><em>{NO_SPEECH}</em></div>'
 CSS = """
 .ws-tokens { line-height: 2.1; font-size: 1.05em; }
 .ws-tok { padding: 2px 1px; border-radius: 4px; margin: 0 1px; white-space: pre-wrap; }
@@ -133,6 +136,8 @@ def token_view(segments, tokenizer) -> str:
     """Every output token, coloured by how it arrived."""
     spans = [_token_span(token, drafted, tokenizer) for segment in segments
              for token, drafted in zip(segment.tokens, segment.from_draft or [False] * len(segment.tokens))]
+    if not spans:
+        return LEGEND + NO_SPEECH_VIEW
     return LEGEND + '<div class="ws-tokens">' + "".join(spans) + "</div>"
 
 
@@ -146,7 +151,9 @@ def _token_span(token: int, drafted: bool, tokenizer, tentative: bool = False) -
 
 def stats_markdown(result, plain=None) -> str:
     rows = result.stats_rows()
-    if plain is not None:
+    if not result.segments:
+        rows.insert(0, ("transcript", NO_SPEECH))
+    if plain is not None and result.stats.decoder_ms:  # nothing decoded: nothing to compare
         same = [s.tokens for s in plain.segments] == [s.tokens for s in result.segments]
         speedup = plain.stats.decoder_ms / max(result.stats.decoder_ms, 1e-9)
         rows += [("without draft: decoder", f"{plain.stats.decoder_ms:.0f} ms"),
@@ -173,7 +180,7 @@ def live_outputs(live: LiveSession) -> tuple:
     confirmed, tentative = live.transcript.tokens()
     stats = live_stats(live.transcript, confirmed, tentative, live.missing_seconds)
     if not (confirmed or tentative):
-        return live, LIVE_LEGEND, "", stats
+        return live, LIVE_LEGEND + (NO_SPEECH_VIEW if live.transcript.last is not None else ""), "", stats
     tokenizer = live.runtime.tokenizer
     spans = [_token_span(t.id, t.from_draft, tokenizer) for t in confirmed]
     spans += [_token_span(t.id, t.from_draft, tokenizer, tentative=True) for t in tentative]
