@@ -134,15 +134,56 @@ def test_a_folder_on_a_cluster_started_by_hand_survives_its_worker_node_and_a_re
     assert len((out / "results.jsonl").read_text().splitlines()) == len(names)
 
 
-def test_no_cluster_there_is_one_line_naming_the_address(tmp_path):
+def one_file(tmp_path: Path) -> Path:
     (tmp_path / "corpus").mkdir()
     shutil.copy(CLIPS / "tt-weasels.flac", tmp_path / "corpus")
+    return tmp_path / "corpus"
+
+
+def the_one_error(run: subprocess.Popen, address: str, hint: str) -> str:
+    errors = run.stderr.read()
+    assert run.wait(timeout=120) == 1, errors
+    lines = [line for line in errors.splitlines() if line.startswith("whisperspec:") and "files ok" not in line
+             and "warning" not in line]
+    assert len(lines) == 1 and address in lines[0] and hint in lines[0], errors
+    assert "Traceback" not in errors
+    return lines[0]
+
+
+def test_no_cluster_there_is_one_line_naming_the_address(tmp_path):
     address = f"{HOST}:{free_port()}"
     started = time.monotonic()
-    run = transcribe(tmp_path / "corpus", tmp_path / "out", "--engine", "ray", "--ray-address", address)
-    errors = run.stderr.read()
-    assert run.wait(timeout=120) == 1
-    lines = [line for line in errors.splitlines() if line.startswith("whisperspec:")]
-    assert len(lines) == 1 and address in lines[0] and "ray start --head" in lines[0], errors
-    assert "Traceback" not in errors and time.monotonic() - started < 60
+    run = transcribe(one_file(tmp_path), tmp_path / "out", "--engine", "ray", "--ray-address", address)
+    the_one_error(run, address, "ray start --head")
+    assert time.monotonic() - started < 60
     assert not list((tmp_path / "out").glob("*.txt"))
+
+
+def test_a_port_where_something_else_listens_is_one_line(tmp_path):
+    """The wrong port: a server that is not Ray's (Ray's own driver would wait minutes on it)."""
+    with socket.socket() as listener:
+        listener.bind((HOST, 0))
+        listener.listen(4)
+        address = f"{HOST}:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        run = transcribe(one_file(tmp_path), tmp_path / "out", "--engine", "ray", "--ray-address", address)
+        the_one_error(run, address, "not a Ray cluster")
+    assert time.monotonic() - started < 60
+
+
+def test_a_cluster_gone_mid_run_is_one_line_and_what_was_written_stays_whole(cluster, tmp_path):
+    address, _ = cluster
+    out = tmp_path / "ray"
+    run = transcribe(corpus_of(tmp_path), out, "--engine", "ray", "--ray-address", address,
+                     "--ray-cpus-per-worker", "1", "--batch-size", "2")
+    deadline = time.monotonic() + 600
+    while not ((out / "results.jsonl").is_file() and (out / "results.jsonl").read_text()) and run.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    subprocess.run([RAY, "stop", "--force"], env=RAY_ENV, capture_output=True, timeout=60)
+    stopped = time.monotonic()
+    the_one_error(run, address, "went away mid-run")
+    assert time.monotonic() - stopped < 40  # Ray's own driver would end the process after 60 s
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert rows and all((out / f"{row['output']}.txt").is_file() for row in rows)
+    assert not list(out.rglob("*.tmp"))

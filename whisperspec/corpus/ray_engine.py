@@ -26,10 +26,13 @@ address, for the nodes and the driver alike: docs/CORPUS.md says how to keep a c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import warnings
 from collections import deque
@@ -44,6 +47,9 @@ from whisperspec.options import TranscriptionOptions
 ATTEMPTS = 3  # a file is tried by this many workers before it is recorded as an error
 PROBE_SECONDS = 0.5  # between calls asking whether a restarting actor is back
 CONNECT_TIMEOUT_S = 5.0  # to open the cluster's port: a cluster that takes longer is not there
+# a cluster whose port stays closed this long has gone (Ray's own driver gives it 60 s, then ends
+# the process with a log line instead of an error we could report)
+GONE_AFTER_S = 10.0
 
 
 class ClusterError(EngineError):
@@ -93,22 +99,26 @@ def ray_engine(options: TranscriptionOptions, *, address: str | None = None, wor
         started_here = not ray.is_initialized()
         if started_here:
             _connect(ray, address, ray_init)
-        actors = []
+        actors, watchdog = [], _Watchdog(address)
         try:
             count = workers or max(1, int(ray.cluster_resources().get("CPU", cpus)) // cpus)
             remote = ray.remote(TranscriberWorker).options(num_cpus=cpus, max_restarts=-1, max_task_retries=0)
             actors = [remote.remote(options, cpus) for _ in range(min(count, max(1, len(sources))))]
-            yield from _hand_out(ray, actors, sources, chunk, batch, on_progress)
-        except ray.exceptions.RaySystemError as error:  # the cluster itself is gone
-            raise ClusterError(f"the Ray cluster at {address or 'this machine'} went away mid-run "
-                               f"({_first_line(error)}): start it again and rerun (files already "
-                               "written are skipped)") from None
+            with watchdog.armed():  # while the driver works with the cluster
+                for result in _hand_out(ray, actors, sources, chunk, batch, on_progress):
+                    with watchdog.paused():  # while the result is written
+                        yield result
+        except Exception as error:  # noqa: BLE001 -- what Ray's calls turn ClusterGone into varies
+            if not (watchdog.gone or isinstance(error, ray.exceptions.RaySystemError)):
+                raise
+            actors = []  # nobody left to stop them
+            raise ClusterError(f"--ray-address {address}: the Ray cluster went away mid-run "
+                               f"({watchdog.gone or _first_line(error)}): start it again and rerun the same command "
+                               "(files already written are skipped)") from None
         finally:
+            watchdog.stop()
             for actor in actors:
-                try:
-                    ray.kill(actor)
-                except Exception:  # noqa: BLE001 -- a cluster already gone has nothing left to stop
-                    pass
+                ray.kill(actor)
             if started_here:
                 ray.shutdown()
 
@@ -127,11 +137,14 @@ def _connect(ray, address: str | None, ray_init: dict | None) -> None:
         if not port.isdigit():
             raise ClusterError(f"--ray-address {address}: give HOST:PORT, as `ray start --head` printed it")
         try:
-            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+            speaks_grpc = _speaks_http2(host, int(port))
         except OSError as error:
             raise ClusterError(f"--ray-address {address}: no Ray cluster answers there "
                                f"({error.strerror or error}): start one with `ray start --head --port {port}`, "
                                "or give the address `ray start` printed") from None
+        if not speaks_grpc and not os.environ.get("RAY_USE_TLS"):
+            raise ClusterError(f"--ray-address {address}: something answers there, but not a Ray cluster (no gRPC): "
+                               "give the address `ray start --head` printed")
     try:
         ray.init(address=address, **quiet)
     except Exception as error:  # noqa: BLE001 -- Ray's connection errors share no base class
@@ -139,6 +152,82 @@ def _connect(ray, address: str | None, ray_init: dict | None) -> None:
                            + ("" if "RAY_AUTH" not in str(error) and "uthentication" not in str(error) else
                               ": give it the cluster's token (RAY_AUTH_TOKEN, or `ray get-auth-token` on its head "
                               "into ~/.ray/auth_token)")) from None
+
+
+def _speaks_http2(host: str, port: int) -> bool:
+    """Whether the server at host:port answers an HTTP/2 greeting with its settings, as a Ray
+    cluster's gRPC port does (Ray's driver would wait minutes on any other listener). OSError: no
+    server there."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + empty SETTINGS
+    with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as connection:
+        try:
+            connection.sendall(preface)
+            frame = connection.recv(9)
+        except (TimeoutError, ConnectionResetError):
+            return False
+    return len(frame) >= 4 and frame[3] == 4  # a SETTINGS frame
+
+
+class ClusterGone(Exception):
+    """Raised in the driver's wait once the cluster's port has stayed closed (`_Watchdog`)."""
+
+
+class _Watchdog:
+    """Watches a HOST:PORT cluster's port while the driver works with the cluster. Ray's driver does
+    not return from a call on a cluster that has gone (it ends the process 60 s later with a log
+    line), so once the port has stayed closed for GONE_AFTER_S, this interrupts the call with a
+    signal of its own (Ray's waits run Python's signal handlers, as they do for Ctrl-C; SIGINT
+    itself may be ignored, in a background job) whose handler raises `ClusterGone`. While a result
+    is being written (`paused`) it interrupts nothing."""
+
+    def __init__(self, address: str | None):
+        host, _, port = (address or "").rpartition(":")
+        self.target = (host, int(port)) if host and port.isdigit() and not address.startswith("ray://") else None
+        self.gone: str | None = None
+        self._armed = threading.Event()
+        self._stopped = threading.Event()
+        if self.target and threading.current_thread() is threading.main_thread():  # where handlers run
+            self._before = signal.signal(signal.SIGUSR2, self._interrupted)
+            threading.Thread(target=self._watch, name="whisperspec-ray-watchdog", daemon=True).start()
+        else:
+            self.target = None
+
+    def _interrupted(self, signum, frame):
+        raise ClusterGone(self.gone)
+
+    @contextlib.contextmanager
+    def armed(self):
+        self._armed.set()
+        try:
+            yield
+        finally:
+            self._armed.clear()
+
+    @contextlib.contextmanager
+    def paused(self):
+        self._armed.clear()
+        try:
+            yield
+        finally:
+            self._armed.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.target:
+            signal.signal(signal.SIGUSR2, self._before)
+
+    def _watch(self) -> None:
+        closed_since = None
+        while not self._stopped.wait(1.0):
+            try:
+                socket.create_connection(self.target, timeout=CONNECT_TIMEOUT_S).close()
+                closed_since = None
+            except OSError as error:
+                closed_since = closed_since or time.monotonic()
+                if time.monotonic() - closed_since > GONE_AFTER_S and self._armed.is_set():
+                    self.gone = f"its port has been closed for {GONE_AFTER_S:g} s: {error.strerror or error}"
+                    os.kill(os.getpid(), signal.SIGUSR2)
+                    return
 
 
 def _token_available() -> bool:
