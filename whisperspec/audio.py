@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 from functools import lru_cache
@@ -53,23 +54,26 @@ def load_audio(source, sample_rate: int | None = None, *, max_seconds: float = D
         rate = _array_rate(sample_rate, name)
         array = _array_to_mono(source, name)
         _check_duration(name, len(array), rate, max_seconds)
-        samples = MonoAt16k(name, rate).add(array).finish()
-    # Float files may exceed full scale, and the resampler's ringing can overshoot it slightly.
-    return np.clip(samples, -1.0, 1.0, dtype=np.float32)
+        samples = MonoAt16k(name, rate, len(array)).add(array).finish()
+    # Float files may exceed full scale, and the resampler's ringing can overshoot it slightly
+    # (in place: `finish` gave an array of our own)
+    return np.clip(samples, -1.0, 1.0, out=samples)
 
 
 class MonoAt16k:
     """Collects mono chunks at `rate` as 16-kHz samples, checking each chunk as it comes.
 
     A file is read and resampled block by block (soxr's stream, librosa's default resampler: the
-    same samples as resampling it whole), so a long file at another rate costs memory for its
-    16-kHz samples only, not for its whole decoded input and the resampler's copies of it.
+    same samples as resampling it whole), each block written into one array sized from the input's
+    length where it is known (`frames`), so a long file at another rate costs memory for its 16-kHz
+    samples once: not for its whole decoded input, nor for the resampled blocks and their joined copy.
     """
 
-    def __init__(self, name: str, rate: int):
+    def __init__(self, name: str, rate: int, frames: int | None = None):
         import soxr
 
-        self.name, self.chunks, self.n_input = name, [], 0
+        self.name, self.rate, self.n_input, self.length = name, rate, 0, 0
+        self.samples = np.empty(math.ceil((frames or 0) * SAMPLE_RATE / rate) + 64, dtype=np.float32)
         self.stream = None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32",
                                                                             quality="HQ")
 
@@ -78,15 +82,25 @@ class MonoAt16k:
         if not np.isfinite(chunk).all():
             raise AudioError(f"{self.name}: contains NaN or infinite samples")
         self.n_input += chunk.size
-        self.chunks.append(chunk if self.stream is None else self.stream.resample_chunk(chunk))
+        self._append(chunk if self.stream is None else self.stream.resample_chunk(chunk))
         return self
 
+    def _append(self, samples: np.ndarray) -> None:
+        end = self.length + len(samples)
+        if end > len(self.samples):  # a length not known, or longer than declared: grow by half
+            grown = np.empty(max(end, len(self.samples) * 3 // 2), dtype=np.float32)
+            grown[:self.length] = self.samples[:self.length]
+            self.samples = grown
+        self.samples[self.length:end] = samples
+        self.length = end
+
     def finish(self) -> np.ndarray:
+        """The samples: an array of their own (never the caller's)."""
         if self.n_input == 0:
             raise AudioError(f"{self.name}: contains no audio samples")
         if self.stream is not None:
-            self.chunks.append(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
-        return np.concatenate(self.chunks)
+            self._append(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+        return self.samples[:self.length]
 
 
 def is_silent(audio, threshold: float = SILENCE_PEAK) -> bool:
@@ -128,7 +142,7 @@ def _read_with_soundfile(path: Path, max_seconds: float) -> np.ndarray:
     with sf.SoundFile(path) as file:
         _check_rate(str(path), file.samplerate)
         _check_duration(str(path), file.frames, file.samplerate, max_seconds)
-        samples = MonoAt16k(str(path), file.samplerate)
+        samples = MonoAt16k(str(path), file.samplerate, file.frames)
         for block in file.blocks(READ_BLOCK_SECONDS * file.samplerate, dtype="float32", always_2d=True):
             samples.add(block.mean(axis=1))  # [samples, channels] -> mono
         return samples.finish()
@@ -147,7 +161,10 @@ def _read_with_pyav(path: Path, max_seconds: float) -> np.ndarray:
         # Any codec sample format → float planar in [-1, 1]. Rate and layout are kept, so the
         # resampler buffers nothing and needs no flush.
         to_float = av.AudioResampler(format="fltp")
-        samples, decoded = MonoAt16k(str(path), stream.rate), 0
+        declared = int(stream.duration * stream.time_base * stream.rate) if stream.duration and stream.time_base else None
+        if declared is not None and declared > MAX_SAMPLE_RATE * max_seconds:
+            declared = None  # a header's claim, checked as decoding goes: no array sized from it
+        samples, decoded = MonoAt16k(str(path), stream.rate, declared), 0
         for frame in container.decode(stream):
             for converted in to_float.resample(frame):
                 samples.add(converted.to_ndarray().mean(axis=0))  # [channels, samples] -> mono
