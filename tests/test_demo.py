@@ -203,6 +203,25 @@ def test_a_live_chunk_is_read_whole_and_a_bad_one_is_reported_without_its_server
     assert str(tmp_path) not in str(error.value)
 
 
+def test_a_silent_recording_says_there_was_no_speech_in_the_live_tab(tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    from whisperspec.demo.app import NO_SPEECH, TranscriberPool, live_outputs
+    from whisperspec.demo.microphone import LiveSession
+    from whisperspec.spec import DraftSpec
+
+    live = LiveSession(("tiny.en", DraftSpec("none"), "float32"), "English", "transcribe")
+    _, view, text, _ = live_outputs(live)
+    assert NO_SPEECH not in view  # nothing read yet: nothing to say
+    for index in range(3):
+        sf.write(tmp_path / f"{index}.wav", np.zeros(16000, dtype=np.float32), 16000)
+        live.add(str(tmp_path / f"{index}.wav"))
+    live.read(TranscriberPool(), finish=True)
+    _, view, text, _ = live_outputs(live)
+    assert text == "" and NO_SPEECH in view
+
+
 def test_streamed_chunks_are_taken_in_upload_order_once_each_and_passed_on_to_gradio():
     """Uploads are numbered as they arrive (the order the browser recorded the chunks); posts
     that come late, twice, or name a file no upload wrote are ordered, merged or ignored."""
