@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from test_speculative import build_drafter
+from processors import needs_bfloat16
 from tiny_models import random_mel, tiny_runtime
 from whisperspec.speculative.warmup import WarmUp
 from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE
@@ -17,7 +18,7 @@ from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.decoder_pass import Bfloat16DecoderLayer, PackedDecoderLayer
 from whisperspec.whisper.model import resolve_decoder_compute_type
 
-pytestmark = pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="this torch build has no oneDNN products")
+pytestmark = [pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="this torch build has no oneDNN products"), needs_bfloat16]
 
 PREVIOUS = [50360, *range(300, 300 + 41)]  # <|startofprev|> and more text than one attention call takes
 FED = [50257, 50362, 440, 262, 13, 314, 11, 287, 612, 290, 1110, 30]

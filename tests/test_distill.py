@@ -103,6 +103,44 @@ def test_training_raises_agreement_and_the_draft_is_lossless(labelled, tmp_path)
         assert fast.stats.accepted > 0
 
 
+def test_a_feature_draft_learns_from_the_main_models_features_and_stays_lossless(labelled, tmp_path):
+    """A feature draft (`--kind features`) starts from a token-level draft and learns to read the main
+    model's features: its agreement rises, its file says its kind, and it drafts without changing a
+    token."""
+    from whisperspec.whisper.drafters.features import KIND, FeatureDraftModel, FeatureTrainer, feature_draft_from_main
+
+    runtime, examples, audio = labelled
+    main = runtime.model
+    start = draft_from_main(main, [0])
+    draft = feature_draft_from_main(main, start=start)
+    fuse = draft.model.decoder.fuse.weight
+    assert torch.equal(fuse[:, :fuse.shape[0]], torch.zeros_like(fuse[:, :fuse.shape[0]]))  # reads no feature yet
+    vocab_ids = draft_vocabulary(examples, runtime.vocab_size, runtime.special.eot, VOCAB)
+    token_level = DraftTrainer(start.model.decoder, vocab_ids, main.proj_out.weight)
+    trainer = FeatureTrainer(draft.model.decoder, vocab_ids, main.proj_out.weight)
+    cross = [trainer.cross_kv(e.encoder_hidden) for e in examples]
+    assert trainer.agreement(examples, cross) == token_level.agreement(examples, cross)  # starts as that draft
+    best = train(trainer, examples, examples, TrainConfig(epochs=6, batch_size=3, lr=3e-3, warmup_steps=2,
+                                                          prompt_view="with"), log=lambda line: None)
+    assert best["epoch"] > 0 and best["val_agreement"] > token_level.agreement(examples, cross) + 0.1
+    assert trainer.agreement_second(examples, cross) > 0
+    assert not torch.equal(fuse[:, :fuse.shape[0]], torch.zeros_like(fuse[:, :fuse.shape[0]]))  # it reads them now
+
+    path = save_draft(tmp_path / "features.safetensors", main, draft.model.decoder, vocab_ids, best, kind=KIND)
+    assert read_metadata(path)["draft_kind"] == "features"
+    drafter = trained_drafter(path, runtime)
+    assert isinstance(drafter.model, FeatureDraftModel)
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=64)
+    accepted = 0
+    for samples in audio[:2]:
+        window = runtime.encode(log_mel_spectrogram(samples, 80, padding=N_SAMPLES)[None, :, :N_FRAMES])
+        plain = WindowDecoder(runtime).decode(window, options)
+        fast = WindowDecoder(runtime, drafter, Fixed(4)).decode(window, options)
+        assert fast.tokens == plain.tokens
+        accepted += fast.stats.accepted
+    assert accepted > 0
+
+
 def test_a_draft_file_says_how_its_cross_attention_pools_frames(labelled, tmp_path):
     runtime, examples, _ = labelled
     draft = draft_from_main(runtime.model, [0])

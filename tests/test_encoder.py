@@ -11,6 +11,7 @@ from whisperspec.kernels.encoder_attention import (BLOCK, blocked_self_attention
 from whisperspec.kernels.int8_linear import Int8Linear
 from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE
 from whisperspec.kernels.processor import bfloat16_is_fast, cpu_vendor
+from processors import needs_bfloat16
 
 needs_onednn = pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="needs torch's oneDNN linear op")
 
@@ -117,7 +118,7 @@ def test_a_drafts_int8_product_in_blocks_of_rows_is_the_whole_product():
 
 
 @needs_onednn
-@pytest.mark.parametrize("compute_type, encoder_error", [("int8", 0.05), ("bfloat16", 0.02)])
+@pytest.mark.parametrize("compute_type, encoder_error", [("int8", 0.05), pytest.param("bfloat16", 0.02, marks=needs_bfloat16)])
 def test_a_faster_compute_type_is_close_to_float32_and_encodes_each_window_alone(compute_type, encoder_error):
     exact = tiny_runtime(0, dtype=torch.float32)
     fast = tiny_runtime(0, dtype=torch.float32, compute_type=compute_type)
@@ -176,3 +177,12 @@ def test_compute_type_auto_is_bfloat16_where_its_products_are_fast(monkeypatch, 
         assert runtime.compute_type == model.resolve_compute_type("auto")
     # a model the bfloat16 path cannot run (float64 here) runs float32 under "auto", not an error
     assert tiny_runtime(0, compute_type="auto").compute_type == "float32"
+
+
+def test_compute_type_bfloat16_is_refused_where_the_processor_has_no_bfloat16_products(monkeypatch):
+    import whisperspec.whisper.model as model
+
+    monkeypatch.setattr(model, "bfloat16_runs", lambda: False)
+    with pytest.raises(ValueError, match="compute type bfloat16: this processor .* has no bfloat16 products"):
+        model.resolve_compute_type("bfloat16")
+    assert model.resolve_compute_type("float32") == "float32"

@@ -16,10 +16,11 @@ from whisperspec.speculative.warmup import WarmUp
 from whisperspec.kernels.exact_rows import (ANY_ROWS, KEY_BLOCK, ONE_ROW, RowBlock, attention_block, product_block,
                                             rows_attention, rows_cache_attention, rows_product)
 from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, packed_weight
+from processors import BFLOAT16, needs_bfloat16
 
 CLIPS = Path(__file__).parent / "data"
 needs_onednn = pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="this torch build has no oneDNN products")
-DTYPES = [torch.float32, torch.bfloat16]
+DTYPES = [torch.float32, pytest.param(torch.bfloat16, marks=needs_bfloat16)]
 
 
 @needs_onednn
@@ -120,14 +121,17 @@ def window_hidden(runtime, clip: str) -> torch.Tensor:
 
 @pytest.mark.real
 @needs_onednn
-@pytest.mark.parametrize("decoder_type", ["float32", "bfloat16"])
+@pytest.mark.parametrize("decoder_type", ["float32", BFLOAT16])
 def test_base_scores_a_token_the_same_in_a_step_a_verify_pass_and_a_batch(base_bundle, decoder_type):
     """base's main decoder, eager and compiled: the previous text read, then the forced prefix and
     text one token a pass, in passes of a few, all at once; and two windows' rows together."""
+    from whisperspec.kernels.processor import bfloat16_runs
     from whisperspec.whisper.model import WhisperRuntime
     from whisperspec.whisper.screened_head import NO_HEAD
 
-    runtime = WhisperRuntime.from_bundle(base_bundle, "bfloat16", decoder_type)
+    # the float32 decoder beside a bfloat16 encoder, where this processor runs one (float32 alone elsewhere)
+    compute_type = "bfloat16" if bfloat16_runs() else "float32"
+    runtime = WhisperRuntime.from_bundle(base_bundle, compute_type, decoder_type)
     decoder = runtime.decoder
     assert runtime.decoder_compute_type == decoder_type and decoder.rows_apart
     hidden = window_hidden(runtime, "vm-options")
@@ -162,7 +166,8 @@ def test_base_scores_a_token_the_same_in_a_step_a_verify_pass_and_a_batch(base_b
 
 # each compute type with one lookahead per drafter: together every drafter and every kind of
 # lookahead meets every compute type's decoder on real speech
-COMPUTE_TYPES = [("float32", None), ("bfloat16", None), ("bfloat16", "bfloat16"), ("int8", None)]
+COMPUTE_TYPES = [("float32", None), pytest.param("bfloat16", None, marks=needs_bfloat16),
+                 pytest.param("bfloat16", "bfloat16", marks=needs_bfloat16), ("int8", None)]
 DRAFTS = {"trained": "4", "int8": "heuristic", "early-exit:3": "confidence", "ngram": "cost"}
 
 

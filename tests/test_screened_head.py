@@ -52,7 +52,7 @@ def test_kept_scores_are_the_full_heads_and_the_argmax_under_every_rule_is_too(b
     hidden, sequence, begin = _hidden_states(base, clip)
     rules = WhisperLogitFilter(special, begin, True, runtime.vocab_size)
     ts = special.timestamp_begin
-    checked = screened_rows = 0
+    tried = checked = screened_rows = 0
     with torch.inference_mode():
         for start in range(begin - 1, len(sequence) - 1, 3):
             rows = hidden[start:start + 3]
@@ -63,6 +63,7 @@ def test_kept_scores_are_the_full_heads_and_the_argmax_under_every_rule_is_too(b
                 screen = screened.screen(rows)
                 for i in range(len(rows)):
                     context = list(sequence[:start + i + 1]) + tail
+                    tried += 1
 
                     def text_matters(upper, context=context):
                         return bool(torch.isfinite(rules(context, upper)[screened.screened_ids]).any())
@@ -76,7 +77,9 @@ def test_kept_scores_are_the_full_heads_and_the_argmax_under_every_rule_is_too(b
                     assert int(rules(context, ours.clone()).argmax()) == int(expected)
                     screened_rows += int(kept.sum()) < runtime.vocab_size
                     checked += 1
-    assert checked > 30 and screened_rows > checked // 2
+    # most rows are resolved by the screen alone (fewer where fbgemm quantises the input to 7 bits,
+    # on processors without VNNI: two thirds on AMD Zen 3), and most of those read a few rows only
+    assert checked > tried // 2 and screened_rows > checked // 2
 
 
 def test_a_transcription_is_the_same_with_the_head_screened(base):

@@ -23,6 +23,7 @@ from whisperspec.whisper.drafters.trained import distilled_drafter, without_prom
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.decoder_pass import DecoderLayer, DecoderStack, PackedDecoderLayer
 from whisperspec.whisper.kv_decoder import KVDecoder, pool_frames
+from processors import BFLOAT16
 
 DRAFTERS = ["ngram", "early-exit:1", "early-exit:3", "int8", "int8:2000", "distil", "separate", "auto", "switching"]
 LOOKAHEADS = ["1", "2", "5", "8", "heuristic", "confidence", "cost"]
@@ -294,7 +295,7 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
             assert (accepted > 0) == (drafter is not None), name
 
 
-@pytest.mark.parametrize("compute_type", ["int8", "bfloat16"])
+@pytest.mark.parametrize("compute_type", ["int8", BFLOAT16])
 def test_a_faster_compute_type_keeps_every_drafter_exact_and_rows_independent(compute_type):
     """An int8 or bfloat16 encoder changes the main model's output a little; drafting must still
     change nothing, and a window must decode the same in any batch (each window's products alone)."""

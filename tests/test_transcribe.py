@@ -17,6 +17,7 @@ from whisperspec.evaluation.scoring import score
 from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.model import resolve_compute_type
+from processors import BFLOAT16
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIPS = Path(__file__).parent / "data"
@@ -94,7 +95,7 @@ def test_speculative_output_is_identical_on_real_speech(base, draft):
     assert fast.stats.speculation.acceptance_rate >= MIN_ACCEPTANCE[draft]
 
 
-@pytest.mark.parametrize("compute_type", ["int8", "bfloat16"])
+@pytest.mark.parametrize("compute_type", ["int8", BFLOAT16])
 def test_a_faster_compute_type_transcribes_and_drafting_keeps_its_tokens(compute_type):
     plain = Transcriber("base", compute_type=compute_type, language="en")
     assert plain.runtime.compute_type == compute_type

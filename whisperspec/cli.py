@@ -8,6 +8,7 @@
     bench-startup  one short file from the command line, whole processes, vs faster-whisper
     evaluate     WER and latency against transformers and faster-whisper
     bench-vad    what VAD does to speed and WER on long recordings with pauses
+    bench-longform  decode phase of whole files per drafter against greedy, one process
     generate     speculative generation with a causal text LM
     demo         the Gradio demo
     distill      train a draft decoder for a main model (synthetic speech, offline)
@@ -37,6 +38,7 @@ DELEGATED = {
     "bench-online": ("whisperspec.bench.online:main", "acceptance by window with and without online learning"),
     "bench-startup": ("whisperspec.bench.startup:main", "one short file, whole processes, vs faster-whisper"),
     "evaluate": ("whisperspec.evaluation.runner:main", "WER/latency vs transformers and faster-whisper"),
+    "bench-longform": ("whisperspec.bench.longform:main", "decode phase of whole files per drafter, vs greedy"),
     "bench-vad": ("whisperspec.bench.vad:main", "what --vad does to speed and WER on audio with pauses"),
     "generate": ("whisperspec.textlm.cli:main", "speculative generation with a causal text LM"),
     "demo": ("whisperspec.demo.app:cli", "start the Gradio demo"),

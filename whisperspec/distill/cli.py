@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="how the draft reads a window with a previous-text prompt, in training and when it "
                              "drafts: with the prompt, without it (the main model still reads it), or trained both "
                              "ways, drafting the way that agrees more with the main model on held-out prompted windows")
+    parser.add_argument("--kind", choices=("distilled", "features"), default="distilled",
+                        help="distilled: a distil-whisper-style draft decoder; features: a draft that also reads "
+                             "the main decoder's features (EAGLE), prompt included; with --init DRAFT it starts "
+                             "from that draft's layers and head")
     parser.add_argument("--layers", default="0,5", help="main decoder layers the draft starts from")
     parser.add_argument("--init", type=Path, default=None,
                         help="start from this trained draft's layers instead (continue training on new windows)")
@@ -101,8 +105,9 @@ def distill(args) -> dict:
     from whisperspec.distill.train import (DraftTrainer, TrainConfig, agreement_by_language, draft_vocabulary,
                                            train)
     from whisperspec.models import load_whisper
-    from whisperspec.models.draft_file import load_draft, save_draft
+    from whisperspec.models.draft_file import draft_kind, load_draft, save_draft
     from whisperspec.models.draft_layout import draft_from_main
+    from whisperspec.whisper.drafters.features import KIND as FEATURES, FeatureTrainer, feature_draft_from_main
     from whisperspec.whisper.model import WhisperRuntime
 
     runtime = WhisperRuntime.from_bundle(load_whisper(args.model))
@@ -129,20 +134,31 @@ def distill(args) -> dict:
     train_set, val_set = load_examples(train_paths), load_examples(val_paths)
 
     main_model = runtime.model
+    features = getattr(args, "kind", "distilled") == "features"
     if args.init:
-        draft, _ = load_draft(args.init, main_model)
+        draft, init_ids = load_draft(args.init, main_model)
+        if features and draft_kind(args.init) != FEATURES:  # a token-level draft learns to read features
+            draft = feature_draft_from_main(main_model, start=draft)
+    elif features:
+        draft = feature_draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
     else:
         draft = draft_from_main(main_model, [int(i) for i in args.layers.split(",")])
     pool = args.cross_pool or (getattr(draft.config, "cross_attention_pool", 1) if args.init else 4)
     corpus = [runtime.tokenizer.encode(" " + s, add_special_tokens=False)
               for language, s in sentences.items() for s in s[:-held[language]]]
     vocab_ids = draft_vocabulary(train_set, runtime.vocab_size, runtime.special.eot, args.vocab, corpus)
-    trainer = DraftTrainer(draft.model.decoder, vocab_ids, main_model.proj_out.weight, dropout=args.dropout,
-                           cross_pool=pool, special=runtime.special)
-    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, prompt_view=args.prompt_view)
+    # a feature draft reads the main decoder's features position by position: the prompt included
+    prompt_view = "with" if features else args.prompt_view
+    trainer = (FeatureTrainer if features else DraftTrainer)(
+        draft.model.decoder, vocab_ids, main_model.proj_out.weight, dropout=args.dropout, cross_pool=pool,
+        special=runtime.special)
+    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, prompt_view=prompt_view)
     best = train(trainer, train_set, val_set, config)
-    reads_prompt = args.prompt_view == "with"
-    if args.prompt_view == "both":
+    reads_prompt = prompt_view == "with"
+    if features:
+        best["val_second_token_agreement"] = trainer.agreement_second(val_set, [trainer.cross_kv(e.encoder_hidden)
+                                                                                 for e in val_set])
+    if prompt_view == "both":
         reads_prompt, best["prompted_val_agreement"] = reads_prompt_better(trainer, val_set, runtime.special)
     by_language = agreement_by_language(trainer, val_set, reads_prompt=reads_prompt)
     # the draft is trained for the languages asked for; a language the main model detected in a few
@@ -152,14 +168,14 @@ def distill(args) -> dict:
     report = {"model": args.model, "layers": args.layers, "init": args.init and Path(args.init).name,
               "seed": args.seed, "languages": ",".join(f"{k}:{v:g}" for k, v in languages.items()), "audio": args.audio,
               "vocab_size_kept": args.vocab, "cross_pool": pool, "dropout": args.dropout,
-              "prompt_view": args.prompt_view, "train_windows": len(train_set), "val_windows": len(val_set),
+              "kind": "features" if features else "distilled", "prompt_view": prompt_view, "train_windows": len(train_set), "val_windows": len(val_set),
               "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
               "label_seconds": round(label_seconds),
               **{k: round(v, 4) if isinstance(v, float) else v for k, v in best.items()},
               "threads": torch.get_num_threads()}
     report["reads_prompt"] = reads_prompt
     save_draft(args.out, main_model, draft.model.decoder, vocab_ids, report, cross_pool=pool,
-               languages=by_language, reads_prompt=reads_prompt)
+               languages=by_language, reads_prompt=reads_prompt, kind=FEATURES if features else "distilled")
     report["out"] = str(args.out)
     report["val_agreement_by_language"] = {k: round(v, 4) for k, v in by_language.items()}
     return report

@@ -107,7 +107,7 @@ def train(trainer: DraftTrainer, train_set: list[Example], val_set: list[Example
     order = sorted(range(len(train_set)), key=lambda i: len(train_set[i].tokens))  # similar lengths batch together
     batches = [order[i:i + config.batch_size] for i in range(0, len(order), config.batch_size)]
     total_steps = config.epochs * len(batches)
-    optimizer = torch.optim.AdamW(trainer.trainable(), lr=config.lr, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(trainer.parameter_groups(config.lr), lr=config.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / config.warmup_steps)
                                                  * 0.5 * (1 + math.cos(math.pi * min(step / total_steps, 1.0))))
     best = {"val_agreement": trainer.agreement(val_set, val_cross), "epoch": 0}

@@ -44,6 +44,16 @@ def _cpuinfo_field(cpuinfo: Path, field: str) -> str:
 
 
 @functools.cache  # the processor does not change while a process runs
+def bfloat16_runs() -> bool:
+    """Whether oneDNN runs bfloat16 products here at all: it needs AVX-512 (with or without BF16) or
+    AMX. Without them (an AVX2-only processor such as AMD's Zen 3) compute type bfloat16 is refused."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without oneDNN
+        return False
+
+
+@functools.cache
 def bfloat16_is_fast() -> bool:
     """Whether bfloat16 products (float32 sums) run well above float32's speed here: on processors
     with AMX tiles that the system lets programs use (Intel Xeon since Sapphire Rapids, which

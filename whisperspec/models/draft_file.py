@@ -28,6 +28,7 @@ from whisperspec.resources import asset
 SHARED = ("embed_tokens.", "embed_positions.")  # the main model's, never stored
 VOCAB_IDS = "vocab_ids"  # the full-vocabulary ids of the draft head's rows
 LANGUAGES = "languages"  # metadata: JSON {language code: held-out teacher-forced agreement}
+KIND = "draft_kind"  # metadata: the draft's layout: "distilled" (distil-whisper's) or "features"
 
 
 _fingerprints: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()
@@ -52,7 +53,7 @@ def _hash_embeddings(model: torch.nn.Module) -> str:
 
 def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module, vocab_ids: torch.Tensor,
                info: dict, cross_pool: int = 1, languages: dict[str, float] | None = None,
-               reads_prompt: bool = False) -> Path:
+               reads_prompt: bool = False, kind: str = "distilled") -> Path:
     """Write the draft's own weights (float16) and the ids of the tokens its head scores;
     `languages`: {language code: teacher-forced agreement on its held-out windows}."""
     tensors = {name: value.detach().half().contiguous() for name, value in draft_decoder.state_dict().items()
@@ -60,7 +61,7 @@ def save_draft(path: Path, main: torch.nn.Module, draft_decoder: torch.nn.Module
     tensors[VOCAB_IDS] = vocab_ids.to(torch.int32).contiguous()
     metadata = {"main_fingerprint": fingerprint(main), "decoder_layers": str(len(draft_decoder.layers)),
                 "vocab_size_kept": str(len(vocab_ids)), "cross_attention_pool": str(cross_pool),
-                "info": json.dumps(info), "reads_prompt": str(int(reads_prompt))}
+                "info": json.dumps(info), "reads_prompt": str(int(reads_prompt)), KIND: kind}
     if languages is not None:
         metadata[LANGUAGES] = json.dumps({code: round(value, 4) for code, value in languages.items()})
     with atomic_path(path) as temporary:
@@ -78,11 +79,13 @@ def read_metadata(path: Path) -> dict:
 def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor]:
     """(the draft as a Whisper model sharing the main encoder and embeddings, the ids its head scores)."""
     from whisperspec.models.draft_layout import draft_from_main
+    from whisperspec.whisper.drafters.features import KIND as FEATURES, feature_draft_from_main
 
     meta = read_metadata(path)
     if meta["main_fingerprint"] != fingerprint(main):
         raise ValueError(f"{path} was trained for another main model (fingerprint {meta['main_fingerprint']})")
-    draft = draft_from_main(main, [0] * int(meta["decoder_layers"]))
+    layers = [0] * int(meta["decoder_layers"])
+    draft = feature_draft_from_main(main, layers) if draft_kind(path) == FEATURES else draft_from_main(main, layers)
     draft.config.cross_attention_pool = int(meta.get("cross_attention_pool", 1))  # read by the drafter
     draft.config.reads_prompt = meta.get("reads_prompt") == "1"  # and so is this
     weights = load_file(str(path))
@@ -92,6 +95,12 @@ def load_draft(path: Path, main: torch.nn.Module) -> tuple[torch.nn.Module, torc
     if unexpected or any(not name.startswith(SHARED) for name in missing):
         raise ValueError(f"{path} does not fit a {meta['decoder_layers']}-layer draft: {missing or unexpected}")
     return draft, vocab_ids
+
+
+def draft_kind(path: Path) -> str:
+    """The draft's layout: "distilled" (a distil-whisper-style decoder) or "features" (reads the main
+    decoder's features: `whisperspec.whisper.drafters.features`)."""
+    return read_metadata(path).get(KIND, "distilled")
 
 
 def draft_languages(path: Path) -> dict[str, float | None]:
@@ -104,12 +113,13 @@ def draft_languages(path: Path) -> dict[str, float | None]:
     return {"en": json.loads(meta.get("info", "{}")).get("val_agreement")}
 
 
-def shipped_drafts(main: torch.nn.Module) -> dict[Path, set[str]]:
-    """The draft files in whisperspec/assets trained for this main model, each with the languages it
-    is the best shipped draft for (the highest recorded held-out agreement in that language)."""
+def shipped_drafts(main: torch.nn.Module, kind: str = "distilled") -> dict[Path, set[str]]:
+    """The draft files of layout `kind` in whisperspec/assets trained for this main model, each with
+    the languages it is the best shipped draft for (the highest recorded held-out agreement in that
+    language)."""
     mark = fingerprint(main)
     files = [path for path in sorted(asset("").glob("*.safetensors"))
-             if read_metadata(path).get("main_fingerprint") == mark]
+             if read_metadata(path).get("main_fingerprint") == mark and draft_kind(path) == kind]
     covered = {path: draft_languages(path) for path in files}
     best = {language: max((p for p in files if language in covered[p]), key=lambda p: covered[p][language] or 0.0)
             for language in {language for languages in covered.values() for language in languages}}
@@ -117,8 +127,8 @@ def shipped_drafts(main: torch.nn.Module) -> dict[Path, set[str]]:
             if path in best.values()}
 
 
-def shipped_draft(main: torch.nn.Module, language: str | None = None) -> Path | None:
+def shipped_draft(main: torch.nn.Module, language: str | None = None, kind: str = "distilled") -> Path | None:
     """The shipped draft for this main model that is best for `language` (default English), if one
     is: the English draft for English, the multilingual one for the other languages it was trained for."""
     language = language or "en"
-    return next((path for path, languages in shipped_drafts(main).items() if language in languages), None)
+    return next((path for path, languages in shipped_drafts(main, kind).items() if language in languages), None)

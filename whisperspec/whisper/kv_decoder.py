@@ -30,6 +30,10 @@ from whisperspec.whisper.decoder_pass import (Bfloat16DecoderLayer, DecoderLayer
                                               attention_mask, layer_pass, packed_decoder, script_single_row_pass,
                                               split_heads)
 
+# The head's input with no head: what a pass with it returns (`KVDecoder.forward(head=)`): each
+# position's final hidden state, the features a feature draft reads
+NO_HEAD = nn.Identity()
+
 
 
 
@@ -73,6 +77,9 @@ class KVDecoder:
         self.batch_size = 0
         self.encoder_hidden = None
         self.self_kv, self.exit_hidden = [], None  # allocated by `start`, reused while the shape fits
+        # True while a draft reads this decoder's features (`whisperspec.whisper.drafters.features`):
+        # each pass then keeps every position's input to the head in `features` [batch, max_length, d]
+        self.keep_features, self.features = False, None
         # head -> this decoder's pass over one row, compiled with that head (None: not compilable),
         # once `warmup` says the passes run eager so far, or expected ahead, repay compiling it (with
         # any head: the count says the work is long enough, and a head first used late, as the
@@ -181,6 +188,21 @@ class KVDecoder:
                 or self.exit_hidden.dtype != hidden_dtype):
             self.exit_hidden = torch.zeros(batch, self.max_length, self.embed_tokens.shape[1], dtype=hidden_dtype)
         self.fed_tokens = torch.full((batch, self.max_length), -1, dtype=torch.long)
+        self._allocate_features()
+
+    def _allocate_features(self) -> None:
+        """Room for every position's features where they are kept (left as it is while it fits: a
+        position's features are read only once a pass has written them)."""
+        if not self.keep_features:
+            self.features = None
+        elif self.features is None or self.features.shape[0] != self.batch_size:
+            self.features = torch.zeros(self.batch_size, self.max_length, self.embed_tokens.shape[1])
+
+    def keep_features_from_now(self) -> None:
+        """Keep every pass's features from the next pass on (a feature draft was just built)."""
+        self.keep_features = True
+        if self.batch_size:
+            self._allocate_features()
 
     @torch.inference_mode()
     def rollback(self, lengths: int | list[int] | torch.Tensor, layers: int | None = None) -> None:
@@ -222,6 +244,8 @@ class KVDecoder:
         self.self_kv = [(narrow(k), narrow(v)) for k, v in self.self_kv]
         self.lengths = narrow(self.lengths, dim=1)
         self.exit_hidden, self.fed_tokens = narrow(self.exit_hidden), narrow(self.fed_tokens)
+        if self.features is not None:
+            self.features = narrow(self.features)
         self.batch_size = n
 
     @torch.inference_mode()
@@ -244,6 +268,8 @@ class KVDecoder:
         self.lengths = self.lengths.expand(-1, rows).clone()
         self.fed_tokens = self.fed_tokens.expand(rows, -1).clone()
         self.exit_layer, self.exit_hidden = None, self.exit_hidden.new_zeros(rows, *self.exit_hidden.shape[1:])
+        if self.features is not None:
+            self.features = self.features.expand(rows, -1, -1).clone()
         self.batch_size = rows
 
     @torch.inference_mode()
@@ -261,6 +287,8 @@ class KVDecoder:
             v[moved, :, :end] = v[sources[moved], :, :end]
         self.lengths = self.lengths[:, sources]
         self.fed_tokens = self.fed_tokens[sources]
+        if self.features is not None:
+            self.features = self.features[sources]
 
     # ---------------------------------------------------------------- forward
     @torch.inference_mode()
@@ -276,12 +304,22 @@ class KVDecoder:
         head = head or self.head
         n = tokens.shape[1]
         keep = n if logits_to_keep is None else min(logits_to_keep, n)
+        if self.features is None or exit_layer is not None:
+            return self._pass(tokens, exit_layer, head, keep)
+        # every position's head input is kept; the head reads the last `keep` of them (its rows are
+        # independent: the logits are the bits of the pass with the head inside)
+        positions = self.lengths[-1][:, None] + torch.arange(n)
+        features = self._pass(tokens, None, NO_HEAD, n)
+        self.features.scatter_(1, positions[:, :, None].expand(-1, -1, features.shape[-1]), features)
+        return features[:, n - keep:] if head is NO_HEAD else head(features[:, n - keep:])
+
+    def _pass(self, tokens: torch.Tensor, exit_layer: int | None, head: nn.Module, keep: int) -> torch.Tensor:
         if self.batch_size == 1 and exit_layer is None and self.exit_layer is None:
             compiled = self._single_row_pass(head)
             if compiled is not None:
                 return self._single_row(tokens, compiled, keep)
         hidden = self._hidden_states(tokens, exit_layer)
-        return head(self.final_norm(hidden[:, n - keep:]))
+        return head(self.final_norm(hidden[:, tokens.shape[1] - keep:]))
 
     def _single_row_pass(self, head: nn.Module):
         if head not in self.single_row_passes:
@@ -328,7 +366,7 @@ class KVDecoder:
         self._check_room(int(positions.max()) + 1)
         first, hidden = (0, None) if exit_layer else self._reuse_early_exit(tokens, start)
         if hidden is None:
-            hidden = self.embed_tokens[tokens] + self.embed_positions[positions]
+            hidden = self.embed(tokens, positions)
             self.fed_tokens.scatter_(1, positions, tokens)
         hidden = self.stack(hidden, positions, self.mask(positions), self.self_kv, self.cross_kv, first, top, heads,
                             scores)
@@ -337,6 +375,11 @@ class KVDecoder:
             self.exit_layer = exit_layer
             self.exit_hidden.scatter_(1, positions[:, :, None].expand(-1, -1, hidden.shape[-1]), hidden)
         return hidden
+
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """What enters the first layer for `tokens` at `positions` [batch, n] (a feature draft
+        also reads the main decoder's features: `whisperspec.whisper.drafters.features`)."""
+        return self.embed_tokens[tokens] + self.embed_positions[positions]
 
     def mask(self, positions: torch.Tensor) -> torch.Tensor | None:
         """The attention mask of a pass over tokens at `positions` [batch, n] (`attention_mask`):

@@ -8,7 +8,7 @@ from functools import cached_property
 import torch
 
 from whisperspec.cpu import adjust_threads
-from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast
+from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast, bfloat16_runs, processor_name
 from whisperspec.options import COMPUTE_TYPES
 from whisperspec.whisper.alignment import alignment_heads
 from whisperspec.whisper.encoder import Encoder
@@ -37,6 +37,9 @@ def resolve_compute_type(compute_type: str, model=None) -> str:
     if compute_type == "auto":
         runs = model is None or Encoder.fuses(model.model.encoder)
         return "bfloat16" if runs and bfloat16_is_fast() else "float32"
+    if compute_type == "bfloat16" and not bfloat16_runs():
+        raise ValueError(f"compute type bfloat16: this processor ({processor_name()}) has no bfloat16 products "
+                         "(they need AVX-512 or AMX); use float32 or int8")
     return compute_type
 
 

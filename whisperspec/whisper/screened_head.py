@@ -31,10 +31,9 @@ from torch import nn
 from whisperspec.kernels.int8_linear import Int8Linear, RowBlocks, _reduce_range, made_in_parallel, quantise
 from whisperspec.kernels.packed_linear import PackedLinear, onednn_linear
 from whisperspec.speculative.protocols import LogitFilter
+from whisperspec.whisper.kv_decoder import NO_HEAD
 from whisperspec.whisper.tokens import WhisperTokens
 
-# The head's input with no head: what a pass compiled with it returns (`KVDecoder.forward(head=)`)
-NO_HEAD = nn.Identity()
 # more candidates than vocab / FULL_AFTER: gathering their rows would cost more than the full head
 FULL_AFTER = 16
 SCREEN_BLOCKS = 2

@@ -8,7 +8,9 @@
     int8[:V]          the main decoder with int8 weights, its head scoring V tokens (`int8_self`)
     early-exit[:E]    the main decoder's first E layers (default: all but the last) (`early_exit`)
     ngram[:N]         prompt lookup over the prompt / previous text, n-grams up to N
-    FILE.safetensors  a draft trained by `whisperspec distill` for this main model (`trained`)
+    FILE.safetensors  a draft trained by `whisperspec distill` for this main model (`trained`; one
+                      trained with `--kind features`, which reads the main decoder's features:
+                      `features`)
     MODEL[:V]         a draft Whisper (embedded name, folder or hub id): same vocabulary
                       (`draft_whisper`, shares the main encoder when it is the same, as
                       distil-whisper's) or another one (`cross_tokenizer`); V: its head scores only

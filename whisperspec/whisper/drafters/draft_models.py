@@ -134,9 +134,10 @@ def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
 
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
                  max_length: int, cross_pool: int = 1, head: nn.Module | None = None,
-                 kept_as: tuple[Path | None, str] | None = None, warmup: WarmUp | None = None) -> KVDecoder:
-    """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder
-    (`head`: such an int8 head made before, reused). Low-rank adapters in `decoder`
+                 kept_as: tuple[Path | None, str] | None = None, warmup: WarmUp | None = None,
+                 kind: type[KVDecoder] = KVDecoder) -> KVDecoder:
+    """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder of
+    class `kind` (`head`: such an int8 head made before, reused). Low-rank adapters in `decoder`
     (`whisperspec.whisper.drafters.adapters`) stay float and shared with it: whoever trains them
     changes what the copy computes.
 
@@ -192,7 +193,7 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     copied.float()  # int8 kernels take float32 activations
     if head is None:
         head = RowBlocks([made[f"{HEAD}.{i}"] for i in range(len(blocks))])
-    return KVDecoder(copied, head, max_length=max_length, cross_pool=cross_pool, warmup=warmup)
+    return kind(copied, head, max_length=max_length, cross_pool=cross_pool, warmup=warmup)
 
 
 HEAD = "head"  # the head's name among a decoder's linears (theirs are paths: "layers.0.fc1")

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from torch import nn
 
-from whisperspec.models.draft_file import fingerprint, load_draft, shipped_draft
+from whisperspec.models.draft_file import draft_kind, fingerprint, load_draft, shipped_draft
 from whisperspec.kernels.packed_linear import PackedLinear, packed_copy
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.protocols import Drafter
 from whisperspec.speculative.warmup import WarmUp
+from whisperspec.whisper.drafters.features import KIND as FEATURES, feature_drafter
 from whisperspec.whisper.drafters.draft_models import (WindowDraftModel, cross_attention_pool, int8_decoder,
                                                        shared_cross_layers)
 from whisperspec.whisper.kv_decoder import KVDecoder
@@ -29,7 +30,11 @@ def shipped_drafter(runtime, online_learning: bool = False) -> Drafter | None:
 
 
 def trained_drafter(path: Path, runtime, online_learning: bool = False, warmup: WarmUp | None = None) -> Drafter:
-    """`warmup`: when the draft's decoder compiles (`whisperspec.speculative.warmup`; None: its own)."""
+    """`warmup`: when the draft's decoder compiles (`whisperspec.speculative.warmup`; None: its own).
+    A file of a feature draft (`whisperspec distill --kind features`) is that draft, which does not
+    learn online."""
+    if draft_kind(path) == FEATURES:
+        return feature_drafter(path, runtime)
     draft, vocab_ids = load_draft(path, runtime.model)
     return distilled_drafter(runtime, draft, vocab_ids, online_learning=online_learning, source=path, warmup=warmup)
 

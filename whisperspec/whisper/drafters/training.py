@@ -96,6 +96,10 @@ class DraftTrainer:
     def trainable(self) -> list[nn.Parameter]:
         return [p for p in self.decoder.parameters() if p.requires_grad]
 
+    def parameter_groups(self, lr: float) -> list[dict]:
+        """The optimiser's parameter groups at learning rate `lr` (one: every trainable parameter)."""
+        return [{"params": self.trainable(), "lr": lr}]
+
     @torch.no_grad()
     def cross_kv(self, encoder_hidden: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Frozen cross-attention keys/values of each draft layer for one window ([frames, d] -> heads),
@@ -120,7 +124,8 @@ class DraftTrainer:
         return split_heads(x, self.n_heads, self.head_dim)
 
     def batch(self, examples: list[Example], cross: list) -> tuple[torch.Tensor, ...]:
-        """Padded inputs, teacher logits, labels (draft columns, -1 = not scored) for a batch."""
+        """Padded inputs, the main model's features (the head's input), labels (draft columns, -1 = not
+        scored) for a batch."""
         n = max(len(e.tokens) - 1 for e in examples)
         tokens = torch.zeros(len(examples), n, dtype=torch.long)
         hidden = torch.zeros(len(examples), n, self.head.shape[1])
@@ -134,19 +139,26 @@ class DraftTrainer:
             labels[i, begin:length][labels[i, begin:length] < 0] = -2  # main token outside the draft vocab
         layer_cross = [(torch.cat([c[l][0] for c in cross]), torch.cat([c[l][1] for c in cross]))
                        for l in range(len(self.decoder.layers))]
-        return tokens, hidden @ self.head.T, labels, layer_cross
+        return tokens, hidden, labels, layer_cross
 
     def loss(self, examples: list[Example], cross: list, ce_weight: float) -> tuple[torch.Tensor, int, int]:
-        tokens, teacher, labels, layer_cross = self.batch(examples, cross)
-        logits = self.forward(tokens, layer_cross)
+        tokens, target, labels, layer_cross = self.batch(examples, cross)
         scored = labels != -1
+        loss, agree = self.token_loss(self.forward(tokens, layer_cross), target @ self.head.T, labels, scored,
+                                      ce_weight)
+        return loss, agree, int(scored.sum())
+
+    @staticmethod
+    def token_loss(logits: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor, scored: torch.Tensor,
+                   ce_weight: float) -> tuple[torch.Tensor, int]:
+        """KL(main || draft) over the draft's vocabulary plus cross-entropy on the main model's
+        token, at the `scored` positions; and how many of them the draft's argmax gets right."""
         log_q = F.log_softmax(logits[scored], dim=-1)
         log_p = F.log_softmax(teacher[scored], dim=-1)
         kl = F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")
         in_vocab = labels[scored] >= 0
         ce = F.nll_loss(log_q[in_vocab], labels[scored][in_vocab])
-        agree = int((log_q.argmax(-1) == labels[scored]).sum())
-        return kl + ce_weight * ce, agree, int(scored.sum())
+        return kl + ce_weight * ce, int((log_q.argmax(-1) == labels[scored]).sum())
 
     @torch.no_grad()
     def agreement(self, examples: list[Example], cross: list, batch_size: int = 16) -> float:
