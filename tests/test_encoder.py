@@ -186,3 +186,13 @@ def test_compute_type_bfloat16_is_refused_where_the_processor_has_no_bfloat16_pr
     with pytest.raises(ValueError, match="compute type bfloat16: this processor .* has no bfloat16 products"):
         model.resolve_compute_type("bfloat16")
     assert model.resolve_compute_type("float32") == "float32"
+
+
+def test_the_processor_is_named_by_its_widest_instructions(tmp_path):
+    from whisperspec.kernels.processor import instruction_sets
+
+    cpuinfo = tmp_path / "cpuinfo"
+    for flags, named in (("fpu avx avx2", "AVX2"), ("avx2 avx512f avx512_bf16 avx512_vnni", "AVX-512 with BF16 and VNNI"),
+                         ("avx2 avx512f avx512_vnni amx_tile", "AVX-512 with VNNI, AMX"), ("fpu sse2", "no AVX")):
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        assert instruction_sets(cpuinfo) == named

@@ -33,7 +33,7 @@ from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.warmup import WarmUp
 from whisperspec.transcribe import Transcriber
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
-from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast, processor_name
+from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast, instruction_sets, processor_name
 from whisperspec.options import COMPUTE_TYPES
 from whisperspec.whisper.model import WhisperRuntime
 from whisperspec.whisper.rules import WhisperLogitFilter
@@ -117,7 +117,7 @@ def host_description(runtime) -> str:
     decoder = runtime.decoder
     features = ", ".join(name for name, present in (("bfloat16 fast", bfloat16_is_fast()),
                                                    ("AMX tiles", bfloat16_decoder_pays())) if present) or "float32 only"
-    return (f"processor: {processor_name()} ({features}); main decoder rows kept apart in blocks of "
+    return (f"processor: {processor_name()}, {instruction_sets()} ({features}); main decoder rows kept apart in blocks of "
             f"{decoder.products.smallest}-{decoder.products.largest} rows a product (oneDNN), "
             f"{decoder.attention.smallest}-{decoder.attention.largest} queries an attention call "
             f"(torch's fused kernel), over {decoder.max_length} cached positions")

@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
 
+    from whisperspec.bench.decoder import host_description
     from whisperspec.evaluation.datasets import load_dataset
-    from whisperspec.kernels.processor import processor_name
     from whisperspec.transcribe import Transcriber
 
     files = [u.audio for u in load_dataset(args.data, limit=args.limit)]
@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                 tokens[d, i] = [t for s in result.segments for t in s.tokens]
                 if repeat == 0:
                     stats[d].append(result.stats.speculation)
-    print(f"{args.data}: {len(files)} files, {args.repeats} repeats, {processor_name()}, compute type "
-          f"{transcribers[drafts[0]].runtime.compute_type} (decoder {transcribers[drafts[0]].runtime.decoder_compute_type})")
+    runtime = transcribers[drafts[0]].runtime
+    print(f"{args.data}: {len(files)} files, {args.repeats} repeats, compute type {runtime.compute_type} "
+          f"(decoder {runtime.decoder_compute_type})\n{host_description(runtime)}")
     reference = drafts[0]
     base_decoder = sum(statistics.median(m) for m in decoder_ms[reference])
     base_total = sum(statistics.median(m) for m in total_ms[reference])

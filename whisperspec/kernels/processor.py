@@ -24,6 +24,18 @@ def processor_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return _cpuinfo_field(cpuinfo, "model name") or cpu_vendor(cpuinfo) or "unknown"
 
 
+def instruction_sets(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The widest vector and matrix instructions the processor has, as its flags say ("AVX-512 with
+    BF16 and VNNI", "AVX2", ...): "AMD EPYC" alone names Zen 3, 4 and 5 alike."""
+    flags = set(_cpuinfo_field(cpuinfo, "flags").split())
+    if "avx512f" in flags:
+        extras = [name for flag, name in (("avx512_bf16", "BF16"), ("avx512_vnni", "VNNI")) if flag in flags]
+        widest = "AVX-512" + (f" with {' and '.join(extras)}" if extras else "")
+    else:
+        widest = next((name for flag, name in (("avx2", "AVX2"), ("avx", "AVX")) if flag in flags), "no AVX")
+    return widest + (", AMX" if "amx_tile" in flags else "")
+
+
 def processor_key(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """A short name for this kind of processor: its model and instruction set, and the settings
     that cap which of them oneDNN and torch use (what decides which kernels run), for keeping what

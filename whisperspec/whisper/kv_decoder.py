@@ -35,8 +35,6 @@ from whisperspec.whisper.decoder_pass import (Bfloat16DecoderLayer, DecoderLayer
 NO_HEAD = nn.Identity()
 
 
-
-
 class KVDecoder:
     """`rows_apart` (a main decoder): every pass gives each row of tokens the same bits whatever else
     it holds (`whisperspec.kernels.exact_rows`: products and attention in blocks of rows this machine
