@@ -136,7 +136,7 @@ def distill(args) -> dict:
     main_model = runtime.model
     features = getattr(args, "kind", "distilled") == "features"
     if args.init:
-        draft, init_ids = load_draft(args.init, main_model)
+        draft, _ = load_draft(args.init, main_model)
         if features and draft_kind(args.init) != FEATURES:  # a token-level draft learns to read features
             draft = feature_draft_from_main(main_model, start=draft)
     elif features:
@@ -168,7 +168,8 @@ def distill(args) -> dict:
     report = {"model": args.model, "layers": args.layers, "init": args.init and Path(args.init).name,
               "seed": args.seed, "languages": ",".join(f"{k}:{v:g}" for k, v in languages.items()), "audio": args.audio,
               "vocab_size_kept": args.vocab, "cross_pool": pool, "dropout": args.dropout,
-              "kind": "features" if features else "distilled", "prompt_view": prompt_view, "train_windows": len(train_set), "val_windows": len(val_set),
+              "kind": "features" if features else "distilled", "prompt_view": prompt_view,
+              "train_windows": len(train_set), "val_windows": len(val_set),
               "train_tokens": sum(len(e.tokens) - e.sample_begin for e in train_set),
               "label_seconds": round(label_seconds),
               **{k: round(v, 4) if isinstance(v, float) else v for k, v in best.items()},

@@ -127,8 +127,8 @@ def shipped_drafts(main: torch.nn.Module, kind: str = "distilled") -> dict[Path,
             if path in best.values()}
 
 
-def shipped_draft(main: torch.nn.Module, language: str | None = None, kind: str = "distilled") -> Path | None:
+def shipped_draft(main: torch.nn.Module, language: str | None = None) -> Path | None:
     """The shipped draft for this main model that is best for `language` (default English), if one
     is: the English draft for English, the multilingual one for the other languages it was trained for."""
     language = language or "en"
-    return next((path for path, languages in shipped_drafts(main, kind).items() if language in languages), None)
+    return next((path for path, languages in shipped_drafts(main).items() if language in languages), None)
