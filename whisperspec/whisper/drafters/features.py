@@ -4,9 +4,9 @@ A separate draft decoder must rebuild from the tokens what the main decoder alre
 the sequence, so a small one agrees with it on few tokens of real speech. This draft starts from
 what the main decoder computed: at each position it reads the main decoder's final hidden state
 (its *feature*, the head's input) of the position before, with the embedding of the token that
-followed, fused by one linear layer; one decoder layer (a copy of the main decoder's last, which
-keeps reading the main decoder's cross-attention keys and values of the window, pooled) predicts
-the feature of this position, and the main head, sliced to the draft's vocabulary, turns it into
+followed, fused by one linear layer; a few decoder layers (copies of main decoder layers, or the
+layers of a token-level draft it starts from, reading the main decoder's cross-attention keys and
+values of the window, pooled) predict the feature of this position, and the main head, sliced to the draft's vocabulary, turns it into
 the next token. Drafting several tokens, the draft feeds its own predicted features forward.
 
 Positions fed with a predicted feature are never kept: once the main decoder has verified those
@@ -77,7 +77,7 @@ def fused_input(decoder, token_table: torch.Tensor, position_table: torch.Tensor
 
 
 class FeatureDecoder(KVDecoder):
-    """The draft's one layer as a KV decoder; a pass reads `features_in` [b, n, d] (set by
+    """The draft's layers as a KV decoder; a pass reads `features_in` [b, n, d] (set by
     `FeatureDraftModel` just before it) beside its tokens."""
 
     def __init__(self, decoder: nn.Module, head: nn.Module, **kwargs):
@@ -163,11 +163,11 @@ class FeatureTrainer(DraftTrainer):
     def draft_features(self, features: torch.Tensor, tokens: torch.Tensor, cross) -> torch.Tensor:
         """The draft's feature at every position of `tokens` [b, n], reading `features` [b, n, d]:
         the feature of each position's previous one (zeros at position 0)."""
-        d, n = self.decoder, tokens.shape[1]
+        d = self.decoder
         shifted = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)
-        x = fused_input(d, d.embed_tokens.weight, d.embed_positions.weight, shifted, tokens, torch.arange(n)[None])
-        x = self.stack(x, torch.arange(n)[None], None, self.no_cache, cross, 0, len(d.layers))
-        return d.layer_norm(x)
+        positions = torch.arange(tokens.shape[1])[None]
+        return self.hidden(tokens, cross, fused_input(d, d.embed_tokens.weight, d.embed_positions.weight, shifted,
+                                                      tokens, positions))
 
     def loss(self, examples: list[Example], cross: list, ce_weight: float) -> tuple[torch.Tensor, int, int]:
         tokens, target, labels, layer_cross = self.batch(examples, cross)
@@ -194,7 +194,6 @@ class FeatureTrainer(DraftTrainer):
             agree += int(((second @ self.head.T)[scored].argmax(-1) == labels[scored]).sum())
             total += int(scored.sum())
         return agree / max(total, 1)
-
 
 
 def feature_drafter(path: Path, runtime, int8: bool = True) -> Drafter:

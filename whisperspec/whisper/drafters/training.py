@@ -113,10 +113,12 @@ class DraftTrainer:
         """Draft logits over its vocabulary for every position of `tokens` [b, n] (teacher forcing)."""
         return self.hidden(tokens, cross) @ self.head.T
 
-    def hidden(self, tokens: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """What the draft's head reads (after the final layer norm) at every position of `tokens`."""
+    def hidden(self, tokens: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]],
+               inputs: torch.Tensor | None = None) -> torch.Tensor:
+        """What the draft's head reads (after the final layer norm) at every position of `tokens`;
+        `inputs`: what enters its first layer there, if not the tokens' and positions' embeddings."""
         d, n = self.decoder, tokens.shape[1]
-        x = d.embed_tokens.weight[tokens] + d.embed_positions.weight[:n]
+        x = d.embed_tokens.weight[tokens] + d.embed_positions.weight[:n] if inputs is None else inputs
         x = self.stack(x, torch.arange(n)[None], None, self.no_cache, cross, 0, len(d.layers))
         return d.layer_norm(x)
 
