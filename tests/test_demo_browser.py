@@ -62,6 +62,48 @@ def test_a_visitor_uploads_the_sample_and_sees_transcript_and_tokens(server):
         browser.close()
 
 
+def test_a_failed_request_says_why_and_the_next_one_clears_its_error_badges(server, tmp_path):
+    """Text uploaded as audio: the page says what is wrong with it (a toast naming the file) and
+    marks the outputs; the visitor clears it and uploads speech: the outputs' error marks go with
+    the answer, and the toast goes by itself (Gradio's ten seconds)."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).is_file():
+        pytest.skip("headless Chromium is not installed: sudo apt-get install chromium")
+    (tmp_path / "notes.wav").write_text("not audio\n" * 100)
+    with playwright.sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server)
+        page.locator("input[type=file]").first.set_input_files(str(tmp_path / "notes.wav"))
+        page.wait_for_timeout(1500)
+        page.locator("#transcribe").click()
+        page.get_by_text("notes.wav: cannot be decoded as audio").first.wait_for(timeout=60_000)
+        assert marked_outputs(page) > 1
+        page.get_by_label("Clear").first.click()  # the audio's own clear button
+        page.locator("input[type=file]").first.set_input_files(str(CLIP))
+        page.wait_for_timeout(1500)
+        page.locator("#transcribe").click()
+        page.wait_for_function("() => document.querySelector('#transcript textarea').value.length > 5",
+                               timeout=120_000)
+        assert "phone system" in page.locator("#transcript textarea").input_value().lower()
+        page.wait_for_function("() => document.querySelector('#stats').innerText.includes('identical')",
+                               timeout=120_000)  # the comparison without a draft, the last output, is in
+        page.screenshot(path=str(ARTIFACTS / "demo-after-an-error.png"), full_page=True)
+        assert marked_outputs(page) == 0
+        page.locator(TOAST).first.wait_for(state="detached", timeout=20_000)
+        assert page.locator(".error:visible").count() == 0
+        browser.close()
+
+
+TOAST = ".toast-body, [data-testid=toast-body]"
+
+
+def marked_outputs(page) -> int:
+    """Visible error marks outside the toast: outputs Gradio marks as failed."""
+    return page.evaluate(f"""() => [...document.querySelectorAll('.error')]
+        .filter(e => e.offsetParent !== null && !e.closest('{TOAST}')).length""")
+
+
 def test_twenty_concurrent_requests_all_get_answers(server):
     client_module = pytest.importorskip("gradio_client")
     started = time.monotonic()

@@ -6,8 +6,10 @@ import errno
 import math
 import os
 import stat
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import soundfile as sf
@@ -48,59 +50,88 @@ def load_audio(source, sample_rate: int | None = None, *, max_seconds: float = D
     Raises AudioError for a missing, empty, undecodable, sample-less, non-finite or too long input.
     """
     if isinstance(source, (str, os.PathLike)):
-        samples = _read_file(Path(source), max_seconds)
-    else:
-        name = "audio array"
-        rate = _array_rate(sample_rate, name)
-        array = _array_to_mono(source, name)
-        _check_duration(name, len(array), rate, max_seconds)
-        samples = MonoAt16k(name, rate, len(array)).add(array).finish()
-    # Float files may exceed full scale, and the resampler's ringing can overshoot it slightly
-    # (in place: `finish` gave an array of our own)
-    return np.clip(samples, -1.0, 1.0, out=samples)
+        return _joined(open_audio(source, max_seconds))
+    name = "audio array"
+    rate = _array_rate(sample_rate, name)
+    array = _array_to_mono(source, name)
+    _check_duration(name, len(array), rate, max_seconds)
+    to_16k = To16k(name, rate)
+    samples, tail = to_16k(array), to_16k.flush()
+    return np.concatenate([samples, tail]) if tail.size else samples
 
 
-class MonoAt16k:
-    """Collects mono chunks at `rate` as 16-kHz samples, checking each chunk as it comes.
+@dataclass
+class AudioBlocks:
+    """An input read in order as float32 mono 16-kHz blocks in [-1, 1], each checked as it comes
+    (a file's reading raises AudioError where it finds a problem, which may be after some blocks)."""
 
-    A file is read and resampled block by block (soxr's stream, librosa's default resampler: the
-    same samples as resampling it whole), each block written into one array sized from the input's
-    length where it is known (`frames`), so a long file at another rate costs memory for its 16-kHz
-    samples once: not for its whole decoded input, nor for the resampled blocks and their joined copy.
-    """
+    name: str
+    length: int | None  # 16-kHz samples its header declares; None: not declared
+    blocks: Iterator[np.ndarray]
 
-    def __init__(self, name: str, rate: int, frames: int | None = None):
+
+def open_audio(path, max_seconds: float = DEFAULT_MAX_SECONDS) -> AudioBlocks:
+    """A file's 16-kHz blocks, read and resampled a block at a time as they are taken: a long file
+    costs memory for one block, and reading it again is how a second pass over it is made."""
+    path = Path(path)
+    _check_is_file(path)
+    tried = ""
+    if path.suffix.lower() not in RAW_FORMATS:  # a headerless file is for FFmpeg, told its format
+        try:
+            return _soundfile_blocks(path, max_seconds)
+        except sf.SoundFileError as soundfile_error:
+            tried = f"soundfile: {_reason(soundfile_error)}; "
+    return _pyav_blocks(path, max_seconds, tried)
+
+
+class To16k:
+    """Mono chunks at `rate` → 16-kHz chunks, each checked as it comes: soxr's stream (librosa's
+    default resampler), which gives the same samples as resampling the whole input at once."""
+
+    def __init__(self, name: str, rate: int):
         import soxr
 
-        self.name, self.rate, self.n_input, self.length = name, rate, 0, 0
-        self.samples = np.empty(math.ceil((frames or 0) * SAMPLE_RATE / rate) + 64, dtype=np.float32)
+        self.name, self.rate, self.n_input = name, rate, 0
         self.stream = None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32",
                                                                             quality="HQ")
 
-    def add(self, chunk: np.ndarray) -> "MonoAt16k":
+    def output_length(self, n_input: int | None) -> int | None:
+        return None if n_input is None else math.ceil(n_input * SAMPLE_RATE / self.rate)
+
+    def __call__(self, chunk: np.ndarray) -> np.ndarray:
         chunk = np.ascontiguousarray(chunk, dtype=np.float32)
         if not np.isfinite(chunk).all():
             raise AudioError(f"{self.name}: contains NaN or infinite samples")
         self.n_input += chunk.size
-        self._append(chunk if self.stream is None else self.stream.resample_chunk(chunk))
-        return self
+        # Float inputs may exceed full scale, and the resampler's ringing can overshoot it slightly
+        return _clipped(chunk.copy() if self.stream is None else self.stream.resample_chunk(chunk))
 
-    def _append(self, samples: np.ndarray) -> None:
-        end = self.length + len(samples)
-        if end > len(self.samples):  # a length not known, or longer than declared: grow by half
-            grown = np.empty(max(end, len(self.samples) * 3 // 2), dtype=np.float32)
-            grown[:self.length] = self.samples[:self.length]
-            self.samples = grown
-        self.samples[self.length:end] = samples
-        self.length = end
-
-    def finish(self) -> np.ndarray:
-        """The samples: an array of their own (never the caller's)."""
+    def flush(self) -> np.ndarray:
+        """What the resampler still holds; raises AudioError when no sample came at all."""
         if self.n_input == 0:
             raise AudioError(f"{self.name}: contains no audio samples")
-        if self.stream is not None:
-            self._append(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
-        return self.samples[:self.length]
+        if self.stream is None:
+            return np.zeros(0, dtype=np.float32)
+        return _clipped(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+
+
+def _clipped(samples: np.ndarray) -> np.ndarray:
+    return np.clip(samples, -1.0, 1.0, out=samples)
+
+
+def _joined(audio: AudioBlocks) -> np.ndarray:
+    """All blocks in one array, written into it as they come (sized from the declared length, grown
+    by half when that is unknown or short), so the samples are held once, not also as blocks."""
+    samples, length = np.empty((audio.length or 0) + 64, dtype=np.float32), 0
+    for block in audio.blocks:
+        end = length + len(block)
+        if end > len(samples):
+            grown = np.empty(max(end, len(samples) * 3 // 2), dtype=np.float32)
+            grown[:length] = samples[:length]
+            samples = grown
+        samples[length:end] = block
+        length = end
+    return samples[:length]
 
 
 def is_silent(audio, threshold: float = SILENCE_PEAK) -> bool:
@@ -109,7 +140,7 @@ def is_silent(audio, threshold: float = SILENCE_PEAK) -> bool:
     return samples.size == 0 or float(np.max(np.abs(samples))) < threshold
 
 
-def _read_file(path: Path, max_seconds: float) -> np.ndarray:
+def _check_is_file(path: Path) -> None:
     try:
         info = path.stat()
     except OSError as error:
@@ -122,55 +153,87 @@ def _read_file(path: Path, max_seconds: float) -> np.ndarray:
         raise AudioError(f"{path}: not a regular file (a FIFO, socket or device is not read)")
     if info.st_size == 0:
         raise AudioError(f"{path}: file is empty (0 bytes)")
-    tried = ""
-    if path.suffix.lower() not in RAW_FORMATS:  # a headerless file is for FFmpeg, told its format
-        try:
-            return _read_with_soundfile(path, max_seconds)
-        except sf.SoundFileError as soundfile_error:
-            tried = f"soundfile: {_reason(soundfile_error)}; "
-    import av  # imported here: libsndfile reads the common formats, and PyAV's import is slow
 
+
+def _soundfile_blocks(path: Path, max_seconds: float) -> AudioBlocks:
+    """libsndfile: wav/flac/ogg/mp3 and friends, with the length checked before reading. The first
+    block is read here, so that a file libsndfile opens but cannot decode goes to FFmpeg instead."""
+    file = sf.SoundFile(path)
     try:
-        return _read_with_pyav(path, max_seconds)
-    except av.error.FFmpegError as pyav_error:
-        raise AudioError(f"{path}: cannot be decoded as audio: not an audio file, or truncated/corrupt "
-                         f"({tried}PyAV: {_reason(pyav_error)})") from pyav_error
-
-
-def _read_with_soundfile(path: Path, max_seconds: float) -> np.ndarray:
-    """libsndfile: wav/flac/ogg/mp3 and friends, with the length checked before reading."""
-    with sf.SoundFile(path) as file:
         _check_rate(str(path), file.samplerate)
         _check_duration(str(path), file.frames, file.samplerate, max_seconds)
-        samples = MonoAt16k(str(path), file.samplerate, file.frames)
-        for block in file.blocks(READ_BLOCK_SECONDS * file.samplerate, dtype="float32", always_2d=True):
-            samples.add(block.mean(axis=1))  # [samples, channels] -> mono
-        return samples.finish()
+        to_16k = To16k(str(path), file.samplerate)
+        reader = file.blocks(READ_BLOCK_SECONDS * file.samplerate, dtype="float32", always_2d=True)
+        first = next(reader, None)
+    except BaseException:
+        file.close()
+        raise
+
+    def blocks() -> Iterator[np.ndarray]:
+        with file:
+            for block in ([] if first is None else [first]):
+                yield to_16k(block.mean(axis=1))  # [samples, channels] -> mono
+            try:
+                for block in reader:
+                    yield to_16k(block.mean(axis=1))
+            except sf.SoundFileError as error:
+                raise AudioError(f"{path}: cannot be decoded as audio: truncated/corrupt "
+                                 f"(soundfile: {_reason(error)})") from error
+            yield to_16k.flush()
+
+    return AudioBlocks(str(path), to_16k.output_length(file.frames), blocks())
 
 
-def _read_with_pyav(path: Path, max_seconds: float) -> np.ndarray:
+def _pyav_blocks(path: Path, max_seconds: float, tried: str) -> AudioBlocks:
     """FFmpeg for the rest (m4a/aac, raw G.722, ...); the length is checked while decoding since
     containers may not declare it."""
-    import av
+    import av  # imported here: libsndfile reads the common formats, and PyAV's import is slow
 
-    with av.open(str(path), format=RAW_FORMATS.get(path.suffix.lower())) as container:
+    def undecodable(error: Exception) -> AudioError:
+        return AudioError(f"{path}: cannot be decoded as audio: not an audio file, or truncated/corrupt "
+                          f"({tried}PyAV: {_reason(error)})")
+
+    try:
+        container = av.open(str(path), format=RAW_FORMATS.get(path.suffix.lower()))
+    except av.error.FFmpegError as error:
+        raise undecodable(error) from error
+    try:
         if not container.streams.audio:
             raise AudioError(f"{path}: contains no audio stream")
         stream = container.streams.audio[0]
         _check_rate(str(path), stream.rate)
+    except BaseException:
+        container.close()
+        raise
+    to_16k = To16k(str(path), stream.rate)
+    declared = int(stream.duration * stream.time_base * stream.rate) if stream.duration and stream.time_base else None
+    if declared is not None and declared > MAX_SAMPLE_RATE * max_seconds:
+        declared = None  # a header's claim, checked as decoding goes: no array sized from it
+
+    def blocks() -> Iterator[np.ndarray]:
         # Any codec sample format → float planar in [-1, 1]. Rate and layout are kept, so the
-        # resampler buffers nothing and needs no flush.
-        to_float = av.AudioResampler(format="fltp")
-        declared = int(stream.duration * stream.time_base * stream.rate) if stream.duration and stream.time_base else None
-        if declared is not None and declared > MAX_SAMPLE_RATE * max_seconds:
-            declared = None  # a header's claim, checked as decoding goes: no array sized from it
-        samples, decoded = MonoAt16k(str(path), stream.rate, declared), 0
-        for frame in container.decode(stream):
-            for converted in to_float.resample(frame):
-                samples.add(converted.to_ndarray().mean(axis=0))  # [channels, samples] -> mono
-                decoded += converted.samples
-            _check_duration(str(path), decoded, stream.rate, max_seconds)
-    return samples.finish()
+        # converter buffers nothing and needs no flush.
+        # Codec frames are small (1024 samples of AAC): they are gathered into blocks of
+        # READ_BLOCK_SECONDS, as libsndfile's are read, so per-call costs are paid per block.
+        to_float, decoded, held, n_held = av.AudioResampler(format="fltp"), 0, [], 0
+        with container:
+            try:
+                for frame in container.decode(stream):
+                    for converted in to_float.resample(frame):
+                        held.append(converted.to_ndarray())
+                        n_held += converted.samples
+                    decoded += frame.samples
+                    _check_duration(str(path), decoded, stream.rate, max_seconds)
+                    if n_held >= READ_BLOCK_SECONDS * stream.rate:
+                        yield to_16k(np.concatenate(held, axis=1).mean(axis=0))  # [channels, samples] -> mono
+                        held, n_held = [], 0
+            except av.error.FFmpegError as error:
+                raise undecodable(error) from error
+        if held:
+            yield to_16k(np.concatenate(held, axis=1).mean(axis=0))
+        yield to_16k.flush()
+
+    return AudioBlocks(str(path), to_16k.output_length(declared), blocks())
 
 
 def _array_to_mono(source, name: str) -> np.ndarray:
@@ -264,13 +327,44 @@ def log_mel_spectrogram(audio, n_mels: int = 80, padding: int = 0) -> torch.Tens
     (as in openai-whisper and transformers' long-form path).
     """
     audio = torch.as_tensor(audio, dtype=torch.float32)
-    if padding:
-        audio = F.pad(audio, (0, padding))
-    window, filters = (t.to(audio.device) for t in _stft_window_and_mel_filters(n_mels))
-    stft = torch.stft(audio, N_FFT, HOP_LENGTH, window=window, return_complex=True)
-    # The centred STFT yields one frame more than len // HOP_LENGTH; Whisper drops the last one.
-    power = stft[..., :-1].abs() ** 2
-    log_spec = torch.clamp(filters @ power, min=1e-10).log10()
-    # Dynamic range of 80 dB below the loudest bin of the whole input, then scaled to about [-1, 1].
-    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
-    return (log_spec + 4.0) / 4.0
+    length, half = audio.shape[-1] + padding, N_FFT // 2
+    if length <= half:
+        raise ValueError(f"log_mel_spectrogram: {length} samples, fewer than the STFT's centring needs ({half + 1})")
+    # torch.stft's centring (reflection at both ends) of the padded audio, built in one array
+    centred = audio.new_zeros(length + 2 * half)
+    centred[half:half + audio.shape[-1]] = audio
+    centred[:half] = centred[half + 1:2 * half + 1].flip(0)
+    centred[half + length:] = centred[length - 1:length + half - 1].flip(0)
+    frames = length // HOP_LENGTH
+    log_spec = audio.new_empty(n_mels, frames)
+    for block in range(math.ceil(frames / N_FRAMES)):
+        log_spec[:, block * N_FRAMES:(block + 1) * N_FRAMES] = log10_mel_power(centred[slice(*block_span(block, frames))],
+                                                                               n_mels)
+    return whisper_scaled(log_spec, log_spec.max())
+
+
+def block_span(block: int, frames: int) -> tuple[int, int]:
+    """The samples of the centred signal that block `block` of an input's `frames` frames reads.
+
+    Features are computed N_FRAMES frames at a time at fixed places, whether the whole input is
+    featurised at once or streamed a window at a time (`whisperspec.streamed_mel`): the same samples
+    through the same products give the same bits (one product over all frames need not: a matrix
+    product's kernel, and so its rounding, depends on how many columns it has).
+    """
+    first = block * N_FRAMES
+    start = first * HOP_LENGTH
+    return start, start + (min(N_FRAMES, frames - first) - 1) * HOP_LENGTH + N_FFT
+
+
+def log10_mel_power(centred: torch.Tensor, n_mels: int) -> torch.Tensor:
+    """log10 of the mel power [n_mels, frames] of every frame that fits in `centred`, samples of the
+    centred signal (reflect-padded by N_FFT // 2 on both sides) from a frame's start."""
+    window, filters = (t.to(centred.device) for t in _stft_window_and_mel_filters(n_mels))
+    stft = torch.stft(centred, N_FFT, HOP_LENGTH, window=window, center=False, return_complex=True)
+    return torch.clamp(filters @ (stft.abs() ** 2), min=1e-10).log10()
+
+
+def whisper_scaled(log10_mel: torch.Tensor, loudest) -> torch.Tensor:
+    """`log10_mel`, in place, floored 80 dB below `loudest` (the loudest bin of the whole input),
+    then scaled to about [-1, 1]."""
+    return log10_mel.clamp_(min=loudest - 8.0).add_(4.0).div_(4.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
 
@@ -9,14 +10,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from whisperspec.audio import (DEFAULT_MAX_SECONDS, N_FRAMES, N_SAMPLES, SAMPLE_RATE, is_silent, load_audio,
-                               log_mel_spectrogram)
+from whisperspec.audio import (DEFAULT_MAX_SECONDS, N_FRAMES, N_SAMPLES, SAMPLE_RATE, SILENCE_PEAK, is_silent,
+                               load_audio, log_mel_spectrogram)
 from whisperspec import defaults, options
 from whisperspec.cpu import governor
 from whisperspec.options import TranscriptionOptions
 from whisperspec.models import load_whisper
 from whisperspec.result import Segment, Transcription, TranscriptionStats, VadStats
 from whisperspec.speculative.lookahead import make_lookahead
+from whisperspec.streamed_mel import StreamedLogMel
 from whisperspec.vad import SpeechDetector, SpeechMap
 from whisperspec.whisper.alignment import WordAligner
 from whisperspec.whisper.chunked import ChunkedWalk, chunk_spans
@@ -77,10 +79,13 @@ class Transcriber:
                   disable=not (self.options.progress and isinstance(walk, LongformWalk))) as bar:
             while not walk.done:
                 started = time.perf_counter()
-                window = self.runtime.encode(walk.window_mel()[None])
+                mel = walk.window_mel()[None]
+                featurised = time.perf_counter()
+                window = self.runtime.encode(mel)
                 encoded = time.perf_counter()
                 advanced = walk.advance(decoder.decode(window, walk.options, prompt=walk.prompt), window.hidden)
-                prepared.stats.add_ms("encoder", encoded - started)
+                prepared.stats.add_ms("features", featurised - started)
+                prepared.stats.add_ms("encoder", encoded - featurised)
                 prepared.stats.add_ms("decoder", time.perf_counter() - encoded)
                 bar.update(round(advanced * FRAMES_PER_SECOND))
         return self.finish(prepared, walk)
@@ -116,27 +121,37 @@ class Transcriber:
         source = None if isinstance(audio, (np.ndarray, torch.Tensor)) else str(audio)
 
         started = time.perf_counter()
-        samples = load_audio(audio, sample_rate, max_seconds=max_seconds)
-        duration = len(samples) / SAMPLE_RATE
-        speech = None
-        if self.speech_detector and not is_silent(samples):  # only the speech is decoded, times mapped back
-            speech = SpeechMap(self.speech_detector.regions(samples))
-            samples = speech.join(samples)
-            stats.vad = VadStats((time.perf_counter() - started) * 1e3, len(speech.regions),
-                                 round(speech.speech_seconds, 3))
-        if is_silent(samples) or len(samples) / SAMPLE_RATE < defaults.MIN_SPEECH_SECONDS:
-            # nothing to decode: Whisper would only hallucinate here ("you")
+        mel, duration, speech = self._features(audio, sample_rate, max_seconds, stats)
+        stats.features_ms = (time.perf_counter() - started) * 1e3
+        if mel is None:  # nothing to decode: Whisper would only hallucinate here ("you")
             stats.silent = True
             return PreparedAudio(source, duration, None, 0, decode_options, [], stats,
                                  word_timestamps=word_timestamps)
-        mel = log_mel_spectrogram(samples, self.runtime.n_mels, padding=N_SAMPLES)
-        stats.features_ms = (time.perf_counter() - started) * 1e3
         prompt = self._prompt_tokens(initial_prompt)
         # hotwords and a carried initial prompt lead every window's prompt; the rest is the text so far
         carry = self.options.carry_initial_prompt
         carried = self._prompt_tokens(self.options.hotwords) + (prompt if carry else [])
         return PreparedAudio(source, duration, mel, mel.shape[-1] - N_FRAMES, decode_options, [] if carry else prompt,
                              stats, carried, speech, word_timestamps)
+
+    def _features(self, audio, sample_rate, max_seconds, stats):
+        """(log-mel or None when there is no speech to decode, seconds of audio, speech map with VAD)."""
+        if isinstance(audio, (str, os.PathLike)) and self.speech_detector is None:
+            # a file's windows are featurised as the walk reaches them: memory stays flat however long it is
+            mel = StreamedLogMel(audio, self.runtime.n_mels, max_seconds)
+            speechless = mel.peak < SILENCE_PEAK or mel.duration < defaults.MIN_SPEECH_SECONDS
+            return None if speechless else mel, mel.duration, None
+        started = time.perf_counter()
+        samples = load_audio(audio, sample_rate, max_seconds=max_seconds)
+        duration, speech = len(samples) / SAMPLE_RATE, None
+        if self.speech_detector and not is_silent(samples):  # only the speech is decoded, times mapped back
+            speech = SpeechMap(self.speech_detector.regions(samples))
+            samples = speech.join(samples)
+            stats.vad = VadStats((time.perf_counter() - started) * 1e3, len(speech.regions),
+                                 round(speech.speech_seconds, 3))
+        if is_silent(samples) or len(samples) / SAMPLE_RATE < defaults.MIN_SPEECH_SECONDS:
+            return None, duration, speech
+        return log_mel_spectrogram(samples, self.runtime.n_mels, padding=N_SAMPLES), duration, speech
 
     def walk(self, prepared: "PreparedAudio"):
         """The windows of a prepared input to decode one after another: one window for up to 30 s
@@ -186,7 +201,8 @@ class PreparedAudio:
 
     source: str | None  # the file, or None for samples
     duration: float  # seconds of audio
-    mel: torch.Tensor | None  # [n_mels, content_frames + N_FRAMES]; None: silent, nothing to decode
+    # [n_mels, content_frames + N_FRAMES], streamed for a file without VAD; None: silent, nothing to decode
+    mel: torch.Tensor | StreamedLogMel | None
     content_frames: int
     options: DecodeOptions
     prompt: list[int]  # the initial prompt's tokens (unless carried)

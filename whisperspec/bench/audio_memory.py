@@ -1,10 +1,12 @@
-"""Peak memory of reading and resampling a long file, against a short one, each in a fresh process.
+"""Peak memory of featurising a long file, against a short one, each in a fresh process.
 
     python -m whisperspec.bench.audio_memory [--rate 44100] [--minutes 5,120]
 
 Writes a mono 16-bit WAV of each length at `--rate` (a tone under noise) into a temporary folder,
-then prints the peak resident memory of a process that runs `whisperspec.audio.load_audio` on it,
-and each one's excess over the first.
+then prints the peak resident memory of a process that reads it as a transcription does, and each
+one's excess over the first: `streamed` (a file without VAD: `StreamedLogMel`, its first read and
+then every window in turn), and `whole` (VAD, or samples given as an array: `load_audio`, then
+the whole file's log-mel).
 """
 
 from __future__ import annotations
@@ -15,8 +17,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-MEASURE = ("import resource, sys\nfrom whisperspec.audio import load_audio\nload_audio(sys.argv[1])\n"
-           "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+MEASURE = {
+    "streamed": "from whisperspec.streamed_mel import StreamedLogMel\n"
+                "mel = StreamedLogMel(sys.argv[1])\n"
+                "for seek in range(0, mel.shape[1] - 3000, 3000):\n    mel[:, seek:seek + 3000]\n",
+    "whole": "from whisperspec.audio import N_SAMPLES, load_audio, log_mel_spectrogram\n"
+             "log_mel_spectrogram(load_audio(sys.argv[1]), padding=N_SAMPLES)\n",
+}
 
 
 def write_wav(path: Path, minutes: float, rate: int) -> None:
@@ -41,14 +48,19 @@ def main(argv: list[str] | None = None) -> int:
         for minutes in [float(m) for m in args.minutes.split(",")]:
             path = Path(folder) / f"{minutes:g}min.wav"
             write_wav(path, minutes, args.rate)
-            done = subprocess.run([sys.executable, "-c", MEASURE, str(path)], capture_output=True, text=True,
-                                  check=True, cwd=folder)
-            peaks[minutes] = int(done.stdout.split()[-1]) / 1024
+            for way, code in MEASURE.items():
+                program = f"import resource, sys\n{code}print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+                done = subprocess.run([sys.executable, "-c", program, str(path)], capture_output=True, text=True,
+                                      check=True, cwd=folder)
+                peaks[way, minutes] = int(done.stdout.split()[-1]) / 1024
             path.unlink()
-    first = next(iter(peaks.values()))
-    print(f"| file ({args.rate} Hz, mono) | peak RSS | above the first |\n|---|---|---|")
-    for minutes, peak in peaks.items():
-        print(f"| {minutes:g} min | {peak:.0f} MB | {peak - first:.0f} MB |")
+    print(f"| file ({args.rate} Hz, mono) | {' | '.join(f'{way}: peak RSS (above the first)' for way in MEASURE)} |")
+    print("|---" * (len(MEASURE) + 1) + "|")
+    lengths = list(dict.fromkeys(minutes for _, minutes in peaks))
+    for minutes in lengths:
+        cells = [f"{peaks[way, minutes]:.0f} MB ({peaks[way, minutes] - peaks[way, lengths[0]]:+.0f} MB)"
+                 for way in MEASURE]
+        print(f"| {minutes:g} min | {' | '.join(cells)} |")
     return 0
 
 

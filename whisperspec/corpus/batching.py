@@ -98,6 +98,7 @@ class _File:
     prepared: object
     walk: object
     started: float
+    error: str | None = None  # why it stopped before its walk was done
 
 
 def transcribe_batched(transcriber, inputs: Iterable, *, batch_size: int, max_seconds: float,
@@ -129,8 +130,11 @@ def transcribe_batched(transcriber, inputs: Iterable, *, batch_size: int, max_se
                 return
             for group in _groups(_rows(in_flight, batch_size)):
                 _decode_round(transcriber, decoder, group, on_progress)
-            for file in [f for f in in_flight if f.walk.done]:
+            for file in [f for f in in_flight if f.error or f.walk.done]:
                 in_flight.remove(file)
+                if file.error:
+                    yield FileResult(file.source, error=file.error)
+                    continue
                 yield FileResult(file.source, transcriber.finish(file.prepared, file.walk),
                                  seconds=time.perf_counter() - file.started)
     finally:
@@ -144,6 +148,8 @@ def decode_alone(transcriber, decoder, prepared, walk) -> None:
     while not walk.done:
         for group in _groups(_rows([file], transcriber.options.batch_size)):
             _decode_round(transcriber, decoder, group, None)
+        if file.error:
+            raise AudioError(file.error)
 
 
 def _rows(files: list[_File], batch_size: int) -> list[tuple[_File, object]]:
@@ -176,10 +182,20 @@ def _decode_round(transcriber, decoder, rows: list[tuple[_File, object]], on_pro
     product; docs/BENCHMARKS-HISTORY.md, "Measurements behind the code")."""
     runtime = transcriber.runtime
     windows = []
-    for file, row in rows:
+    for file, row in list(rows):
         started = time.perf_counter()
-        windows.append(runtime.encode(row.window_mel()[None]))
-        file.prepared.stats.add_ms("encoder", time.perf_counter() - started)
+        try:
+            mel = row.window_mel()[None]  # a streamed file reads its next window here
+        except AudioError as error:  # the file went or changed since it was first read: it alone stops
+            file.error = str(error)
+            rows.remove((file, row))
+            continue
+        featurised = time.perf_counter()
+        windows.append(runtime.encode(mel))
+        file.prepared.stats.add_ms("features", featurised - started)
+        file.prepared.stats.add_ms("encoder", time.perf_counter() - featurised)
+    if not rows:
+        return
     window = EncodedWindow(torch.cat([w.mel for w in windows]), torch.cat([w.hidden for w in windows]))
     options = rows[0][1].options
     started = time.perf_counter()
