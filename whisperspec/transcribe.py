@@ -78,14 +78,9 @@ class Transcriber:
         with tqdm(total=prepared.content_frames, unit="frames", desc="transcribing",
                   disable=not (self.options.progress and isinstance(walk, LongformWalk))) as bar:
             while not walk.done:
-                started = time.perf_counter()
-                mel = walk.window_mel()[None]
-                featurised = time.perf_counter()
-                window = self.runtime.encode(mel)
+                window = encode_next(self.runtime, walk, prepared.stats)
                 encoded = time.perf_counter()
                 advanced = walk.advance(decoder.decode(window, walk.options, prompt=walk.prompt), window.hidden)
-                prepared.stats.add_ms("features", featurised - started)
-                prepared.stats.add_ms("encoder", encoded - featurised)
                 prepared.stats.add_ms("decoder", time.perf_counter() - encoded)
                 bar.update(round(advanced * FRAMES_PER_SECOND))
         return self.finish(prepared, walk)
@@ -249,6 +244,18 @@ class OneWindow:
 
     def result(self) -> LongformResult:
         return LongformResult(self.segments, self.window.language, [self.window], self.window.stats)
+
+
+def encode_next(runtime: WhisperRuntime, walk, stats: TranscriptionStats):
+    """The encoder's pass over the walk's next window; a streamed file reads that window's log-mel
+    here (raising AudioError if the file went or changed since its first read)."""
+    started = time.perf_counter()
+    mel = walk.window_mel()[None]
+    featurised = time.perf_counter()
+    window = runtime.encode(mel)
+    stats.add_ms("features", featurised - started)
+    stats.add_ms("encoder", time.perf_counter() - featurised)
+    return window
 
 
 def _language_probability(first_window: WindowResult | None, language: str | None) -> float | None:

@@ -27,6 +27,7 @@ import torch
 from whisperspec.audio import AudioError
 from whisperspec.corpus.inputs import Source
 from whisperspec.corpus.results import FileResult
+from whisperspec.transcribe import encode_next
 from whisperspec.whisper.model import EncodedWindow
 
 
@@ -183,17 +184,11 @@ def _decode_round(transcriber, decoder, rows: list[tuple[_File, object]], on_pro
     runtime = transcriber.runtime
     windows = []
     for file, row in list(rows):
-        started = time.perf_counter()
         try:
-            mel = row.window_mel()[None]  # a streamed file reads its next window here
+            windows.append(encode_next(runtime, row, file.prepared.stats))
         except AudioError as error:  # the file went or changed since it was first read: it alone stops
             file.error = str(error)
             rows.remove((file, row))
-            continue
-        featurised = time.perf_counter()
-        windows.append(runtime.encode(mel))
-        file.prepared.stats.add_ms("features", featurised - started)
-        file.prepared.stats.add_ms("encoder", time.perf_counter() - featurised)
     if not rows:
         return
     window = EncodedWindow(torch.cat([w.mel for w in windows]), torch.cat([w.hidden for w in windows]))
