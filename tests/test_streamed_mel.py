@@ -62,12 +62,15 @@ def test_every_window_is_that_slice_of_the_whole_file_features(tmp_path, name, r
         assert torch.equal(streamed[:, seek:seek + N_FRAMES], whole[:, seek:seek + N_FRAMES]), seek
 
 
-def test_a_stream_is_read_forward_by_column_ranges(tmp_path):
+def test_a_stream_is_read_forward_by_column_ranges_and_may_skip_ahead(tmp_path):
     path = tmp_path / "clip.flac"
-    sf.write(path, speech_like(16000, 70.0), 16000)
+    sf.write(path, speech_like(16000, 160.0), 16000)
+    whole = log_mel_spectrogram(load_audio(path), 80, padding=N_SAMPLES)
     streamed = StreamedLogMel(path)
     streamed[:, 6100:9100]
-    streamed[:, 6000:9000]  # back within the block the last read started in: still held
+    assert torch.equal(streamed[:, 6000:9000], whole[:, 6000:9000])  # back within the block the last read started in
+    assert torch.equal(streamed[:, 6100:6200], whole[:, 6100:6200])
+    assert torch.equal(streamed[:, 12500:15500], whole[:, 12500:15500])  # blocks jumped over are read past
     with pytest.raises(IndexError, match="read forward"):
         streamed[:, 2000:5000]
     with pytest.raises(IndexError, match="column ranges"):

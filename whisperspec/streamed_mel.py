@@ -10,7 +10,6 @@ file's samples (a 2-hour file's are 461 MB at 16 kHz) nor its features (230 MB m
 
 from __future__ import annotations
 
-import math
 from typing import Iterator
 
 import numpy as np
@@ -29,9 +28,12 @@ class CentredBlocks:
         self.buffer = np.zeros(0, dtype=np.float32)  # from the next block's first sample on
         self.incoming: list[np.ndarray] = []  # to go after it, joined once a block's worth is in
         self.n_incoming, self.n_samples, self.block, self.centred = 0, 0, 0, False
+        self.peak = 0.0  # the input's largest absolute sample
 
     def add(self, samples: np.ndarray) -> list[np.ndarray]:
         self.n_samples += len(samples)
+        if len(samples):
+            self.peak = max(self.peak, float(np.abs(samples).max()))
         self.incoming.append(samples)
         self.n_incoming += len(samples)
         if len(self.buffer) + self.n_incoming < N_FRAMES * HOP_LENGTH + N_FFT:  # a decoder's blocks can be small
@@ -82,16 +84,10 @@ class StreamedLogMel:
 
     def __init__(self, path, n_mels: int = 80, max_seconds: float = DEFAULT_MAX_SECONDS):
         self.path, self.n_mels, self.max_seconds = path, n_mels, max_seconds
-        audio, centred, loudest, self.peak = open_audio(path, max_seconds), CentredBlocks(), -math.inf, 0.0
-        for samples in audio.blocks:
-            if len(samples):
-                self.peak = max(self.peak, float(np.abs(samples).max()))
-            for span in centred.add(samples):
-                loudest = max(loudest, float(log10_mel_power(torch.from_numpy(span), n_mels).max()))
-        for span in centred.finish():
-            loudest = max(loudest, float(log10_mel_power(torch.from_numpy(span), n_mels).max()))
-        self.n_samples, self.loudest = centred.n_samples, torch.tensor(loudest, dtype=torch.float32)
-        self.shape = (n_mels, centred.frames)
+        centred = CentredBlocks()
+        loudest = max(float(block.max()) for block in self._log10_mel_blocks(centred))
+        self.n_samples, self.peak = centred.n_samples, centred.peak
+        self.loudest, self.shape = torch.tensor(loudest, dtype=torch.float32), (n_mels, centred.frames)
         self._blocks: Iterator[torch.Tensor] | None = None
         self._held: list[torch.Tensor] = []  # consecutive feature blocks, the first of them numbered:
         self._first_held = 0
@@ -111,8 +107,12 @@ class StreamedLogMel:
             raise IndexError(f"a streamed log-mel is read forward: frame {start} was already let go")
         if self._blocks is None:
             self._blocks = self._featurised()
-        del self._held[:first - self._first_held]  # blocks behind the walk
-        self._first_held = max(self._first_held, first)
+        behind = min(first - self._first_held, len(self._held))
+        del self._held[:behind]  # blocks behind the walk
+        self._first_held += behind
+        while self._first_held < first:  # blocks jumped over: read past, not held
+            next(self._blocks)
+            self._first_held += 1
         while self._first_held + len(self._held) <= last:
             self._held.append(next(self._blocks))
         held = torch.cat(self._held[:last - self._first_held + 1], dim=1)
@@ -120,11 +120,13 @@ class StreamedLogMel:
         return held[:, start - offset:stop - offset]
 
     def _featurised(self) -> Iterator[torch.Tensor]:
-        centred = CentredBlocks()
+        return (whisper_scaled(block, self.loudest) for block in self._log10_mel_blocks(CentredBlocks(), self.n_samples))
+
+    def _log10_mel_blocks(self, centred: CentredBlocks, expected: int | None = None) -> Iterator[torch.Tensor]:
+        """log10 mel power of each feature block, the file read once more through `centred`;
+        `expected`: the samples the first read found (a file changed since raises AudioError)."""
         for samples in open_audio(self.path, self.max_seconds).blocks:
-            for span in centred.add(samples):
-                yield whisper_scaled(log10_mel_power(torch.from_numpy(span), self.n_mels), self.loudest)
-        if centred.n_samples != self.n_samples:
+            yield from (log10_mel_power(torch.from_numpy(span), self.n_mels) for span in centred.add(samples))
+        if expected is not None and centred.n_samples != expected:
             raise AudioError(f"{self.path}: the file changed while it was being read")
-        for span in centred.finish():
-            yield whisper_scaled(log10_mel_power(torch.from_numpy(span), self.n_mels), self.loudest)
+        yield from (log10_mel_power(torch.from_numpy(span), self.n_mels) for span in centred.finish())
