@@ -61,10 +61,18 @@ def test_the_pool_keeps_a_bounded_number_of_models(monkeypatch):
     from whisperspec.demo import app as demo
     from whisperspec.whisper.model import resolve_compute_type
 
-    monkeypatch.setattr(demo, "Transcriber", lambda *, options: options)  # the pool builds the options
+    class Options:  # the pool builds the options; nothing loads here
+        def __init__(self, *, options):
+            self.model, self.draft, self.expected = options.model, options.draft, 0.0
+
+        def expect(self, seconds):
+            self.expected += seconds
+
+    monkeypatch.setattr(demo, "Transcriber", Options)
     pool = TranscriberPool(size=2)
-    first = pool.get("owner/a", "none")  # (shaped as hub ids: nothing loads here)
+    first = pool.get("owner/a", "none")  # (shaped as hub ids)
     assert first.model == "owner/a" and not first.draft.drafts
+    assert first.expected == demo.SERVING_SECONDS  # a server's work ahead is told to each transcriber
     pool.get("owner/b", "none")
     assert pool.get("owner/a", "none") is first  # used again: kept
     pool.get("owner/c", "none")  # "b" was the least recently used
@@ -93,6 +101,21 @@ def test_request_transcribes_compares_and_reports_bad_audio(tmp_path):
         transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, max_seconds=2)
     with pytest.raises(ValueError, match="compute type"):
         transcribe_request(pool, str(CLIP), "tiny.en", "none", "4", "", "", False, "fp8")
+
+
+@pytest.mark.real
+def test_a_fresh_server_drafts_from_its_first_request_with_the_default_options():
+    # one 5-s clip could never repay building a draft; a server's many requests do, and its pool
+    # says so: the first visitor already sees drafted tokens (green)
+    from whisperspec import defaults
+    from whisperspec.demo.app import SAMPLE
+
+    pool = TranscriberPool()
+    text, _, view, stats, _ = transcribe_request(pool, str(SAMPLE), defaults.MODEL, defaults.DRAFT,
+                                                 defaults.LOOKAHEAD, "", "transcribe", False)
+    assert "will be answered by the next available representative" in text
+    assert view.count('class="ws-tok ws-draft"') > 1  # the legend's entry, and drafted tokens
+    assert "| draft passes | 0 |" not in stats and "| acceptance | 0.0% |" not in stats
 
 
 def test_a_guard_stops_at_its_budget_counted_from_the_first_round_or_when_cancelled():

@@ -163,6 +163,12 @@ class Transcriber:
         return LongformWalk(self.runtime, prepared.mel, prepared.content_frames, prepared.options, prepared.prompt,
                             self.options.condition_on_previous_text, prepared.carried, words)
 
+    def expect(self, seconds: float) -> None:
+        """This much audio is coming to this transcriber (a server's requests, a known corpus): the
+        one-off costs it repays, such as building a drafter, are paid on the next input instead of
+        after the inputs that would show the work is long (`whisperspec.speculative.warmup`)."""
+        self.window_decoder().expect(seconds)
+
     def window_decoder(self) -> WindowDecoder:
         return WindowDecoder(self.runtime, self.drafter,
                              make_lookahead(self.options.draft.lookahead) if self.drafter else None)

@@ -57,6 +57,11 @@ MAX_SECONDS = 600.0  # audio per request: what one visitor may hold the only wor
 # behind it longer than this.
 MAX_REQUEST_SECONDS = 120.0
 MAX_TRANSCRIBERS = 3  # loaded models kept (each ~0.5-1 GB); the least recently used one goes
+# The audio a server expects each of its transcribers to decode over its life (many visitors' clips):
+# one-off costs this repays (building a drafter, compiling a pass) are paid on the first request,
+# not after the requests that would show the server is busy. A single clip could never repay a
+# draft's load, so without it a fresh server's first visitors would see no drafting at all.
+SERVING_SECONDS = 600.0
 LEGEND = ('<div class="ws-legend"><span class="ws-tok ws-draft">drafted, accepted</span>'
           '<span class="ws-tok ws-main">from the main model (correction or bonus)</span></div>')
 LIVE_LEGEND = LEGEND.replace("</div>", '<span class="ws-tok ws-draft ws-tentative">tentative (may change)</span></div>')
@@ -78,13 +83,19 @@ class TranscriberPool:
     type), at most `size` of them: the least recently used is dropped when another is needed.
     A transcriber decodes one request at a time (its caches are its own): `use` waits for it."""
 
-    def __init__(self, size: int = MAX_TRANSCRIBERS):
+    def __init__(self, size: int = MAX_TRANSCRIBERS, serving_seconds: float = SERVING_SECONDS):
         self._transcribers: OrderedDict[tuple, tuple[Transcriber, threading.Lock]] = OrderedDict()
         self._lock = threading.Lock()
-        self.size = size
+        self.size, self.serving_seconds = size, serving_seconds
 
     def get(self, model: str, draft: DraftSpec, compute_type: str = defaults.COMPUTE_TYPE) -> Transcriber:
         return self._entry(model, draft, compute_type)[0]
+
+    def warm(self, model: str, draft: str = defaults.DRAFT, lookahead: str = defaults.LOOKAHEAD) -> None:
+        """Load a model and decode the bundled sample with it, so the first visitor waits for neither
+        the load nor the drafter's build (a server starting up)."""
+        with self.use(model, parse_draft_spec(draft, lookahead)) as transcriber:
+            transcriber.transcribe(SAMPLE)
 
     @contextmanager
     def use(self, model: str, draft: DraftSpec, compute_type: str = defaults.COMPUTE_TYPE):
@@ -100,7 +111,9 @@ class TranscriberPool:
                 while len(self._transcribers) >= self.size:
                     self._transcribers.popitem(last=False)  # a request still using it keeps its own reference
                 options = TranscriptionOptions.build(model, compute_type=compute_type, draft=draft)
-                self._transcribers[key] = (Transcriber(options=options), threading.Lock())
+                transcriber = Transcriber(options=options)
+                transcriber.expect(self.serving_seconds)
+                self._transcribers[key] = (transcriber, threading.Lock())
             self._transcribers.move_to_end(key)
             return self._transcribers[key]
 
@@ -251,11 +264,12 @@ def _results_root() -> str:
 
 def build_demo(default_model: str | None = None, models: str | list[str] | None = None,
                max_seconds: float = MAX_SECONDS, max_request_seconds: float | None = MAX_REQUEST_SECONDS,
-               requests: ActiveRequests | None = None):
-    """requests: where the running requests are kept (made here unless given; a test may watch it)."""
+               requests: ActiveRequests | None = None, pool: TranscriberPool | None = None):
+    """requests: where the running requests are kept; pool: the loaded models (each made here unless
+    given: a test may watch the requests, a server warms its pool first)."""
     import gradio as gr
 
-    pool = TranscriberPool()
+    pool = pool or TranscriberPool()
     streamed = StreamedChunks()
     requests = requests or ActiveRequests()
     requests.seconds = max_request_seconds
@@ -384,7 +398,11 @@ def build_demo(default_model: str | None = None, models: str | list[str] | None 
 
 def main(host: str = "127.0.0.1", port: int = 7860, model: str | None = None, models: str | None = None,
          max_seconds: float = MAX_SECONDS, max_request_seconds: float | None = MAX_REQUEST_SECONDS) -> None:
-    demo = build_demo(model, models, max_seconds, max_request_seconds)
+    pool = TranscriberPool()
+    default_model = resolve_model(model, allowed_models(models))
+    print(f"loading {default_model} and decoding the bundled sample once ...", flush=True)
+    pool.warm(default_model)
+    demo = build_demo(model, models, max_seconds, max_request_seconds, pool=pool)
     for stop in (signal.SIGTERM, signal.SIGINT):  # visitors' transcripts do not outlive the server
         signal.signal(stop, _remove_results_and_exit)
     demo.launch(server_name=host, server_port=port, allowed_paths=[str(SAMPLE.parent)],
