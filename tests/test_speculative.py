@@ -91,11 +91,9 @@ def head_scores_none(drafter, rows: list[list[int]]) -> bool:
 
 
 def lookaheads_for(seed: int, drafter_index: int) -> list[str]:
-    """Seed 0 pairs every drafter with every lookahead; seeds 1 and 2, for the suite's time, with
-    four each, in turn, so that they too cover every pair between them."""
-    if seed == 0:
-        return LOOKAHEADS
-    first = 4 * (seed - 1) + drafter_index
+    """Four lookaheads for each drafter, in turn from seed to seed (for the suite's time): seeds 0
+    and 1 pair every drafter with every lookahead between them, and seed 2 starts the round again."""
+    first = 4 * seed + drafter_index
     return [LOOKAHEADS[(first + j) % len(LOOKAHEADS)] for j in range(4)]
 
 
