@@ -29,3 +29,74 @@ def test_a_speed_up_that_every_token_accepted_would_not_give_is_out_of_reach():
     assert acceptance_needed(2.0, plain, fixed, n_tokens, round_seconds, k) == pytest.approx(1.0, abs=1e-6)
     assert acceptance_needed(2.5, plain, fixed, n_tokens, round_seconds, k) is None
     assert acceptance_needed(10.0, plain, fixed, n_tokens, round_seconds, k) is None  # the fixed costs alone
+
+
+# ---------------------------------------------------------------- draft trees (whisperspec.bench.trees)
+
+def test_a_round_keeps_the_longest_path_of_the_tree_that_the_ranks_spell():
+    from whisperspec.bench.trees import Tree, accepted_depth, chain
+
+    ranks = [0, 1, 0, 0, 2]
+    assert accepted_depth(ranks, 0, chain(3)) == 1  # the second token was the draft's second choice
+    assert accepted_depth(ranks, 2, chain(3)) == 2  # the sequence ends a miss later
+    two_wide = Tree({(0,), (1,), (0, 0), (0, 1), (0, 1, 0)})
+    assert accepted_depth(ranks, 0, two_wide) == 3  # first, second, then first choice
+    assert accepted_depth(ranks, 1, two_wide) == 1  # (1, 0) is not in it
+
+
+def test_rounds_are_counted_as_the_loop_runs_them():
+    from whisperspec.bench.trees import chain, rounds_needed, tokens_per_round
+
+    # ranks of 6 tokens (the last the end-of-text): a chain of 2 keeps 0,0 then emits its own token
+    # (rank 3 at position 2), then 0,0 and the target's end-of-text
+    ranks = [0, 0, 3, 0, 0, 1]
+    assert rounds_needed(ranks, chain(2)) == 2
+    # a chain of 1: keeps 0 and adds 0; then 3 alone (its own token); keeps 0 and adds 0; then 1 alone
+    assert rounds_needed(ranks, chain(1)) == 4
+    assert rounds_needed([], chain(3)) == 0
+    assert tokens_per_round([ranks], chain(2)) == 3.0
+    # with nothing drafted right, a round is a plain step
+    assert rounds_needed([5, 5, 5], chain(4)) == 3
+
+
+def test_the_likeliest_tree_takes_paths_by_share_and_stays_whole():
+    from whisperspec.bench.trees import likeliest_tree, path_shares, widths
+
+    shares = path_shares([[0, 0, 1, 0, 0, 2, 0, 1]], max_depth=3)
+    assert shares[(0,)] == pytest.approx(5 / 8)
+    assert shares[(0, 0)] == pytest.approx(2 / 8)  # from positions 0 and 3
+    for nodes in range(1, 8):
+        tree = likeliest_tree(shares, nodes)
+        assert len(tree) == min(nodes, len(shares))
+        assert all(len(path) == 1 or path[:-1] in tree for path in tree)  # every node's parent is in it
+    assert likeliest_tree(shares, 1) == {(0,)}
+    # (0,) 5/8, then (0, 0) and (1,) at 2/8 each: the shallower first
+    assert likeliest_tree(shares, 2) == {(0,), (1,)}
+    assert widths(likeliest_tree(shares, 3)) == [2, 1]
+
+
+def test_counting_from_the_drafts_ranks_gives_the_rounds_the_loop_ran():
+    """Teacher forcing is exact for a draft whose scores do not depend on how many tokens a pass
+    feeds: the main decoder's own first layers (rows kept apart) on a tiny random Whisper."""
+    from tiny_models import random_mel, tiny_runtime
+    from whisperspec.bench.trees import chain, draft_ranks, rounds_needed
+    from whisperspec.speculative.lookahead import make_lookahead
+    from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, forced_prefix
+    from whisperspec.whisper.drafters import make_drafter
+    from whisperspec.whisper.rules import WhisperLogitFilter
+
+    runtime = tiny_runtime(0)
+    special = runtime.special
+    options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=60)
+    window = runtime.encode(random_mel(0))
+    for k in (2, 4):
+        drafter = make_drafter("early-exit:2", runtime)
+        result = WindowDecoder(runtime, drafter, make_lookahead(str(k))).decode(window, options)
+        prefix = forced_prefix(special, [], "en", options)
+        ended = len(result.tokens) < options.max_new_tokens  # the last round emitted end-of-text
+        sequence = prefix + result.tokens + ([special.eot] if ended else [])
+        rules = WhisperLogitFilter(special, len(prefix), options.timestamps, runtime.vocab_size)
+        runtime.decoder.start(window.hidden)
+        ranks = draft_ranks(drafter, window, sequence, len(prefix), rules)
+        assert result.stats.accepted > 0  # the count below is not one of plain steps only
+        assert rounds_needed(ranks, chain(k)) == result.stats.rounds, k

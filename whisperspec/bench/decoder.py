@@ -5,8 +5,11 @@
    interleaved, repeated, medians; tokens compared with plain greedy (lossless check); then where
    the time went (draft pass, verify pass, per-window fixed costs) and the speed-up those measured
    costs would allow with every drafted token accepted, or with drafting free;
-3. batched: B windows decoded together, plain vs speculative;
-4. argmax flips (`--flips`): the plain greedy tokens of each window re-scored by passes over k
+3. draft trees, for each draft model at a fixed lookahead: the tokens a round would keep with
+   trees of its candidates (counted from its ranks of the greedy tokens) and what they would give
+   at the pass costs measured here (`whisperspec.bench.trees`);
+4. batched: B windows decoded together, plain vs speculative;
+5. argmax flips (`--flips`): the plain greedy tokens of each window re-scored by passes over k
    tokens at a time, as the verifier scores them, against one-token steps (near-tie numerics).
 End-to-end comparisons with transformers and faster-whisper live in `whisperspec evaluate`.
 """
@@ -32,7 +35,9 @@ from whisperspec.whisper.drafters import make_drafter
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.speculative.warmup import WarmUp
 from whisperspec.transcribe import Transcriber
-from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
+from whisperspec.bench.trees import draft_ranks, interleaved_costs, pass_costs, print_trees
+from whisperspec.speculative.drafters.model import ModelDrafter
+from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, forced_prefix
 from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast, instruction_sets, processor_name
 from whisperspec.options import COMPUTE_TYPES
 from whisperspec.whisper.model import WhisperRuntime
@@ -96,20 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         spec = entry.drafter
         built[spec] = built.get(spec) or make_drafter(spec, runtime)  # one drafter, several lookaheads
         drafters[str(entry)], lookaheads[str(entry)] = built[spec], entry.lookahead or args.lookahead
-    print_decode_phase(runtime, windows, options, drafters, lookaheads, args.repeats, args.target)
+    phase = print_decode_phase(runtime, windows, options, drafters, lookaheads, args.repeats, args.target)
+    print_draft_trees(runtime, windows, options, drafters, lookaheads, phase)
     if args.batch:
         batch_lookaheads = (args.batch_lookahead or args.lookahead).split(",")
         print_batched(runtime, mels, options, {"none": None, **built}, batch_lookaheads, args.batch, args.repeats)
     return 0
-
-
-def median_ms(run, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def host_description(runtime) -> str:
@@ -130,16 +127,14 @@ def verify_costs(runtime, window, widths=range(1, 10), repeats: int = 15) -> dic
     warmup, decoder.warmup = decoder.warmup, WarmUp(compile_after=0)
     decoder.start(window.hidden)
     decoder.forward(torch.full((1, 20), runtime.special.sot))
-    tokens = torch.full((1, max(widths)), 440)
 
-    def run(n):
-        decoder.forward(tokens[:, :n])
+    def run(tokens):
+        decoder.forward(tokens)
         decoder.rollback(20)
 
-    run(1)  # compiles
-    costs = {n: median_ms(lambda: run(n), repeats) for n in widths}
+    costs = interleaved_costs(run, widths, repeats)
     decoder.warmup = warmup
-    return costs
+    return {n: 1e3 * seconds for n, seconds in costs.items()}
 
 
 def print_verify_cost(runtime, window) -> None:
@@ -152,7 +147,7 @@ def print_verify_cost(runtime, window) -> None:
 
 
 def print_decode_phase(runtime, windows, options, drafters: dict, lookaheads: dict, repeats: int,
-                       target: float = 2.5) -> None:
+                       target: float = 2.5) -> "DecodePhase":
     times = {name: [] for name in drafters}
     tokens, stats = {}, {name: [] for name in drafters}
     for repeat in range(repeats + 1):  # the first round warms up and is not counted
@@ -183,7 +178,19 @@ def print_decode_phase(runtime, windows, options, drafters: dict, lookaheads: di
         print(f"| {name.partition('@')[0]} | {lookaheads[name] or '-'} | {total:.2f} | {n_tokens / total:.1f} | "
               f"{sum(plain.values()) / total:.2f}x | {accepted:.1%} | {per_pass:.2f} | {same}/{len(windows)} |")
     print()
-    print_time_split(drafters, lookaheads, times, stats, n_tokens, sum(plain.values()), target)
+    fixed = print_time_split(drafters, lookaheads, times, stats, n_tokens, sum(plain.values()), target)
+    tokens = {name: [tokens[name, i] for i in range(len(windows))] for name in drafters}
+    return DecodePhase(tokens, stats, sum(plain.values()), fixed)
+
+
+@dataclass
+class DecodePhase:
+    """What the decode phase measured, for the arithmetic after it (seconds over all the windows)."""
+
+    tokens: dict[str, list[list[int]]]  # drafter -> each window's tokens
+    stats: dict[str, list]  # drafter -> each timed decode's SpeculationStats
+    plain: float  # plain greedy's decode time
+    fixed: dict[str, float]  # drafter -> its time outside draft and verify passes
 
 
 def tokens_per_round(acceptance: float, k: float) -> float:
@@ -212,16 +219,17 @@ def acceptance_needed(speedup: float, plain: float, fixed: float, n_tokens: int,
 
 
 def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict, n_tokens: int, plain: float,
-                     target: float = 2.5) -> None:
+                     target: float = 2.5) -> dict[str, float]:
     """Where each drafter's decode time went, and the speed-ups its measured costs allow: with every
     drafted token accepted (the same draft and verify costs per pass), and with drafting free (the
     same passes). They bound what a better-trained or a cheaper draft of this kind could reach; the
-    last column says what acceptance `target` would take at these costs."""
+    last column says what acceptance `target` would take at these costs. Returns each drafter's
+    time outside its draft and verify passes."""
     print("## Time split (per-pass costs measured in the loop) and what they allow\n")
     print("| drafter | lookahead | draft ms/pass | verify ms/pass | verify / plain step | fixed ms/window | "
           f"if all accepted | if drafting were free | acceptance for {target:g}x |")
     print("|---|---|---|---|---|---|---|---|---|")
-    plain_step = None
+    plain_step, fixed_seconds = None, {}
     for name in drafters:
         s = stats[name]
         repeats = len(s) / max(1, len({i for i, _ in times[name]}))
@@ -229,6 +237,7 @@ def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict,
         draft, verify = sum(x.draft_seconds for x in s) / repeats, sum(x.verify_seconds for x in s) / repeats
         rounds, passes = sum(x.rounds for x in s) / repeats, sum(x.draft_passes for x in s) / repeats
         fixed = total - draft - verify  # per window: cross-attention keys/values, prefix, text checks
+        fixed_seconds[name] = fixed
         step, check = draft / max(passes, 1), verify / max(rounds, 1)
         k = sum(x.proposed for x in s) / max(1, sum(x.rounds for x in s))  # tokens drafted per round
         round_seconds = check + k * step  # k draft passes and a verify pass
@@ -242,6 +251,38 @@ def print_time_split(drafters: dict, lookaheads: dict, times: dict, stats: dict,
               f"{check / plain_step:.2f} | {fixed * 1e3 / (len(times[name]) / repeats):.1f} | {plain / ideal:.2f}x | "
               f"{plain / free:.2f}x | {needed_text} |")
     print()
+    return fixed_seconds
+
+
+def print_draft_trees(runtime, windows, options, drafters: dict, lookaheads: dict, phase: DecodePhase) -> None:
+    """For each draft model run at a fixed lookahead: what trees of its candidates would give
+    (`whisperspec.bench.trees`), from its ranks of plain greedy's tokens on these windows and the
+    pass costs measured here."""
+    chains = {name: int(lookaheads[name]) for name, drafter in drafters.items()
+              if isinstance(drafter, ModelDrafter) and str(lookaheads[name]).isdigit()}
+    if not chains:
+        return
+    special = runtime.special
+    verify_pass = {n: ms / 1e3 for n, ms in verify_costs(runtime, windows[0], widths=range(1, 17), repeats=31).items()}
+    print("## Draft trees: tokens a round keeps, counted from each draft's ranks of the greedy tokens\n")
+    print("Verify passes over n tokens: " + ", ".join(f"{n}: {1e3 * s:.1f} ms" for n, s in verify_pass.items())
+          + ". A tree's verify pass is costed as a pass over as many tokens (its mask aside), a depth's draft "
+          "pass as a draft pass over that depth's nodes.\n")
+    for name, k in chains.items():
+        drafter = drafters[name]
+        rank_lists = []
+        for window, tokens in zip(windows, phase.tokens["none"]):
+            runtime.decoder.start(window.hidden)  # a draft reads its cross-attention keys/values
+            prefix = forced_prefix(special, [], options.language, options)
+            rules = WhisperLogitFilter(special, len(prefix), options.timestamps, runtime.vocab_size)
+            rank_lists.append(draft_ranks(drafter, window, prefix + tokens + [special.eot], len(prefix), rules))
+        runtime.decoder.start(windows[0].hidden)
+        draft_pass = pass_costs(drafter.model, windows[0], range(1, 9))
+        s = phase.stats[name]
+        rounds = max(1, sum(x.rounds for x in s))
+        loop = {"tokens": sum(x.emitted for x in s) / rounds,
+                "round": sum(x.draft_seconds + x.verify_seconds for x in s) / rounds}
+        print_trees(name, rank_lists, loop, k, draft_pass, verify_pass, phase.plain, phase.fixed[name])
 
 
 def _per_window_median(samples) -> dict:
