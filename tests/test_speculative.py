@@ -19,7 +19,8 @@ from whisperspec.whisper.drafters import make_drafter
 from whisperspec.whisper.drafters import auto_candidates
 from whisperspec.whisper.drafters.draft_models import shared_cross_layers
 from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
-from whisperspec.whisper.drafters.trained import distilled_drafter, without_prompt
+from whisperspec.whisper.drafters.trained import distilled_drafter
+from whisperspec.whisper.drafters.views import prompt_tail, without_prompt
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
 from whisperspec.whisper.decoder_pass import DecoderLayer, DecoderStack, PackedDecoderLayer
 from whisperspec.whisper.kv_decoder import KVDecoder, pool_frames
@@ -517,6 +518,10 @@ def test_a_draft_that_skips_the_previous_text_prompt_changes_nothing():
     view = without_prompt(special)
     assert view([special.sot_prev, 11, 12, special.sot, 40]) == [special.sot, 40]
     assert view([special.sot, 40, 41]) == [special.sot, 40, 41]
+    tail = prompt_tail(special, 2)  # the int8 self-draft's view: the prompt's last tokens
+    assert tail([special.sot_prev, 11, 12, 13, special.sot, 40]) == [special.sot_prev, 12, 13, special.sot, 40]
+    assert tail([special.sot_prev, 13, special.sot, 40]) == [special.sot_prev, 13, special.sot, 40]
+    assert tail([special.sot, 40, 41]) == [special.sot, 40, 41]
     window = runtime.encode(random_mel(2))
     options = DecodeOptions(language="en", temperatures=(0.0,), max_new_tokens=40)
     prompt = runtime.tokenizer.encode(" the previous window said this much", add_special_tokens=False)

@@ -18,6 +18,7 @@ from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.protocols import Drafter
 from whisperspec.speculative.warmup import WarmUp
 from whisperspec.whisper.drafters.features import KIND as FEATURES, feature_drafter
+from whisperspec.whisper.drafters.views import without_prompt
 from whisperspec.whisper.drafters.draft_models import (WindowDraftModel, cross_attention_pool, int8_decoder,
                                                        shared_cross_layers)
 from whisperspec.whisper.kv_decoder import KVDecoder
@@ -72,16 +73,3 @@ def distilled_drafter(runtime, draft: nn.Module, vocab_ids, int8: bool = True, o
 
         return OnlineDrafter(runtime, draft, vocab_ids, build, view, cross_layers, schedule)
     return ModelDrafter(build(draft.model.decoder), runtime.vocab_size, view=view)
-
-
-def without_prompt(special):
-    """A drafter view (`ModelDrafter(view=)`) of a window's tokens without its previous-text prompt
-    (<|startofprev|> ... up to <|startoftranscript|>): the main model, which verifies, still reads it.
-
-    Long-form decoding conditions each window on up to 223 tokens of earlier text; a distilled
-    draft, trained with no prompt or a short one, agrees far less under it (docs/BENCHMARKS-HISTORY.md)."""
-    def view(tokens: list[int]) -> list[int]:
-        if tokens and tokens[0] == special.sot_prev and special.sot in tokens:
-            return tokens[tokens.index(special.sot):]
-        return tokens
-    return view
