@@ -55,7 +55,7 @@ def draft_ranks(drafter, window, sequence: list[int], prefix_length: int, logit_
     drafter.model.rollback([0])
     ranks = []
     for position in range(prefix_length, len(sequence)):
-        scores = drafter._full_vocab(logits[position - prefix_length][None])[0]
+        scores = drafter.full_vocab(logits[position - prefix_length][None])[0]
         scores = logit_filter(sequence[:position], scores)
         target = scores[sequence[position]]
         ranks.append(MAX_RANK if target == float("-inf") else min(int((scores > target).sum()), MAX_RANK))

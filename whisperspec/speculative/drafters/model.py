@@ -64,7 +64,7 @@ class ModelDrafter(Drafter):
         drafted, probs = [[] for _ in rows], [[] for _ in rows]
         drafting = [True] * len(rows)
         for step in range(k):
-            logits = self._full_vocab(self._forward_last(feed, ends if step == 0 else None))
+            logits = self.full_vocab(self._forward_last(feed, ends if step == 0 else None))
             for b, context in enumerate(contexts):
                 sequence = rows[b] + drafted[b]
                 token, q, confidence = _pick(context.logit_filter(sequence, logits[b]), context, len(sequence))
@@ -119,7 +119,9 @@ class ModelDrafter(Drafter):
         self.model.rollback(ends)
         return logits[torch.arange(len(feed)), torch.tensor([len(f) - 1 for f in feed])]
 
-    def _full_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+    def full_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """The draft model's scores [batch, its vocabulary] as scores over the whole vocabulary (-inf
+        where a reduced head scores nothing)."""
         ids = self.model.vocab_ids
         if ids is None:
             return logits.float()
