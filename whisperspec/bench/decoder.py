@@ -268,13 +268,13 @@ def print_draft_trees(runtime, windows, options, drafters: dict, lookaheads: dic
     print("Verify passes over n tokens: " + ", ".join(f"{n}: {1e3 * s:.1f} ms" for n, s in verify_pass.items())
           + ". A tree's verify pass is costed as a pass over as many tokens (its mask aside), a depth's draft "
           "pass as a draft pass over that depth's nodes.\n")
+    prefix = forced_prefix(special, [], options.language, options)
+    rules = WhisperLogitFilter(special, len(prefix), options.timestamps, runtime.vocab_size)
     for name, k in chains.items():
         drafter = drafters[name]
         rank_lists = []
         for window, tokens in zip(windows, phase.tokens["none"]):
             runtime.decoder.start(window.hidden)  # a draft reads its cross-attention keys/values
-            prefix = forced_prefix(special, [], options.language, options)
-            rules = WhisperLogitFilter(special, len(prefix), options.timestamps, runtime.vocab_size)
             rank_lists.append(draft_ranks(drafter, window, prefix + tokens + [special.eot], len(prefix), rules))
         runtime.decoder.start(windows[0].hidden)
         draft_pass = pass_costs(drafter.model, windows[0], range(1, 9))

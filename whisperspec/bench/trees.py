@@ -168,8 +168,8 @@ def print_trees(name: str, rank_lists: list[list[int]], loop: dict, k: int, draf
     print(f"Counted from its ranks, its chain of {k} keeps {tokens_per_round(rank_lists, chain(k)):.2f} tokens a "
           f"round; the loop measured {loop['tokens']:.2f}. Draft passes: "
           + ", ".join(f"{n}: {1e3 * s:.2f} ms" for n, s in draft_pass.items())
-          + f". A round of its chain took {1e3 * loop['round']:.1f} ms in the loop, its passes {scale:.2f} times "
-          "that apart: every round below is scaled alike.\n")
+          + f". A round of its chain took {1e3 * loop['round']:.1f} ms in the loop, {scale:.2f} times what its passes "
+          "take apart: every round below is scaled alike.\n")
     print("| tree | nodes | nodes per depth | tokens/round | ms/round | rounds | speed-up |")
     print("|---|---|---|---|---|---|---|")
     shapes = [(f"chain {d}", chain(d)) for d in range(1, 6)]
