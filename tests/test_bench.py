@@ -45,7 +45,7 @@ def test_a_round_keeps_the_longest_path_of_the_tree_that_the_ranks_spell():
 
 
 def test_rounds_are_counted_as_the_loop_runs_them():
-    from whisperspec.bench.trees import chain, rounds_needed, tokens_per_round
+    from whisperspec.bench.trees import chain, counted_tokens_per_round, rounds_needed
 
     # ranks of 6 tokens (the last the end-of-text): a chain of 2 keeps 0,0 then emits its own token
     # (rank 3 at position 2), then 0,0 and the target's end-of-text
@@ -54,7 +54,7 @@ def test_rounds_are_counted_as_the_loop_runs_them():
     # a chain of 1: keeps 0 and adds 0; then 3 alone (its own token); keeps 0 and adds 0; then 1 alone
     assert rounds_needed(ranks, chain(1)) == 4
     assert rounds_needed([], chain(3)) == 0
-    assert tokens_per_round([ranks], chain(2)) == 3.0
+    assert counted_tokens_per_round([ranks], chain(2)) == 3.0
     # with nothing drafted right, a round is a plain step
     assert rounds_needed([5, 5, 5], chain(4)) == 3
 

@@ -80,7 +80,7 @@ def rounds_needed(ranks: list[int], tree: Tree) -> int:
     return rounds
 
 
-def tokens_per_round(rank_lists: list[list[int]], tree: Tree) -> float:
+def counted_tokens_per_round(rank_lists: list[list[int]], tree: Tree) -> float:
     return sum(map(len, rank_lists)) / max(1, sum(rounds_needed(r, tree) for r in rank_lists))
 
 
@@ -165,8 +165,9 @@ def print_trees(name: str, rank_lists: list[list[int]], loop: dict, k: int, draf
 
     scale = loop["round"] / passes(chain(k))
     print(f"### {name}: draft trees at this machine's pass costs\n")
-    print(f"Counted from its ranks, its chain of {k} keeps {tokens_per_round(rank_lists, chain(k)):.2f} tokens a "
-          f"round; the loop measured {loop['tokens']:.2f}. Draft passes: "
+    counted = counted_tokens_per_round(rank_lists, chain(k))
+    print(f"Counted from its ranks, its chain of {k} keeps {counted:.2f} tokens a round; the loop measured "
+          f"{loop['tokens']:.2f}. Draft passes: "
           + ", ".join(f"{n}: {1e3 * s:.2f} ms" for n, s in draft_pass.items())
           + f". A round of its chain took {1e3 * loop['round']:.1f} ms in the loop, {scale:.2f} times what its passes "
           "take apart: every round below is scaled alike.\n")
