@@ -15,7 +15,8 @@ from whisperspec.corpus.inputs import expand_inputs
 from whisperspec.corpus.run import local_engine, run_corpus
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.real
+# One Ray on the machine at a time: `ray.init()` joins a cluster another test started by hand.
+pytestmark = [pytest.mark.real, pytest.mark.xdist_group("ray")]
 
 CLIPS = Path(__file__).parent / "data"
 # the short clips first: the first chunk returns while the second (the long clips) is still decoding

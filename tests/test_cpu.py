@@ -14,9 +14,15 @@ import torch
 from whisperspec.cpu import ThreadGovernor, choices, threads_for, usable_cpus
 
 
+TORCH_THREADS = torch.get_num_threads()  # torch's own count, before any governor in this process set one
+
+
 @pytest.fixture
 def torch_threads_kept():
+    """Torch's own thread count for the test, the count before put back after it: the process's
+    governor may have lowered it for what it saw earlier (another test worker busy beside it)."""
     before = torch.get_num_threads()
+    torch.set_num_threads(TORCH_THREADS)
     yield
     torch.set_num_threads(before)
 

@@ -221,6 +221,39 @@ def test_a_failed_safetensors_write_leaves_nothing_in_the_cache(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+CONVERT_ONCE = """
+import sys, time
+from pathlib import Path
+from whisperspec.cache import load_converted
+
+class Part:
+    def save_pretrained(self, folder):
+        (Path(folder) / "config.json").write_text("{}")
+
+def convert():
+    with open(sys.argv[2], "a") as log:
+        log.write("converted\\n")
+    time.sleep(1.0)  # long enough that the other process asks while this one converts
+    return (Part(),)
+
+load_converted(Path(sys.argv[1]), convert, lambda folder: print("loaded", sorted(p.name for p in folder.iterdir())))
+"""
+
+
+def test_processes_converting_one_model_at_once_convert_it_once_and_both_load_it(tmp_path):
+    """Two processes on a cold cache (two transcriptions, Ray workers on one machine): the second
+    waits for the first's conversion and loads it, instead of converting again and replacing the
+    folder the first is loading from."""
+    log = tmp_path / "log"
+    runs = [subprocess.Popen([sys.executable, "-c", CONVERT_ONCE, str(tmp_path / "models" / "m"), str(log)],
+                             stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=120)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0]
+    assert outputs == ["loaded ['config.json']\n"] * 2
+    assert log.read_text() == "converted\n"
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["m"]  # no lock file, no staging folder
+
+
 def test_a_full_disk_while_joining_base_names_the_folder_and_leaves_no_part(tmp_path, monkeypatch):
     from whisperspec.models import registry
 

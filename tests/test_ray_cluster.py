@@ -22,7 +22,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
-pytestmark = pytest.mark.real
+# One Ray on the machine at a time: `ray.init()` joins a cluster another test started by hand.
+pytestmark = [pytest.mark.real, pytest.mark.xdist_group("ray")]
 
 CLIPS = Path(__file__).parent / "data"
 ORDER = ["tt-weasels", "agent-newlocation", "privacy-prompt", "ss-noservice", "vm-options", "basic-pbx-ivr-main"]

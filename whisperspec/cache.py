@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 
 def cache_dir() -> Path:
@@ -35,14 +37,49 @@ def load_converted(target: Path, convert: Callable[[], tuple], load: Callable[[P
     from safetensors import SafetensorError  # how safetensors reports a failed write, ENOSPC included
 
     if not is_converted(target):
-        parts = convert()
-        try:
-            save_pretrained_atomically(target, *parts)
-        except (OSError, SafetensorError) as error:
-            warnings.warn(f"could not cache the converted model in {target} ({error}); using it from memory, "
-                          "so the next run converts it again", RuntimeWarning, stacklevel=2)
-            return parts
+        with _one_at_a_time(target.parent):
+            if not is_converted(target):  # another process may have converted it while this one waited
+                parts = convert()
+                try:
+                    save_pretrained_atomically(target, *parts)
+                except (OSError, SafetensorError) as error:
+                    warnings.warn(f"could not cache the converted model in {target} ({error}); using it from "
+                                  "memory, so the next run converts it again", RuntimeWarning, stacklevel=2)
+                    return parts
     return load(target)
+
+
+_held = threading.local()  # folders this thread holds locked: a nested conversion must not wait on itself
+
+
+@contextlib.contextmanager
+def _one_at_a_time(folder: Path) -> Iterator[None]:
+    """Processes converting into the same cache folder take turns (Ray workers on one machine, two
+    transcriptions, parallel tests, all starting on a cold cache): without it each converts the
+    same model, and the last to finish replaces a folder another may be loading from. The lock is
+    the folder's own (flock on its descriptor), so nothing is left behind; where it cannot be taken
+    (no fcntl, a folder that cannot be made or opened) the conversion goes ahead unlocked, as a
+    cache is never a reason for a load to fail."""
+    folder = folder.resolve()
+    held = _held.__dict__.setdefault("folders", set())
+    if folder in held:
+        yield
+        return
+    try:
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        held.add(folder)
+        yield
+    finally:
+        held.discard(folder)
+        os.close(descriptor)  # closing it releases the lock
 
 
 def is_converted(target: Path) -> bool:
