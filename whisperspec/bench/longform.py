@@ -9,7 +9,8 @@ fallback. Printed per drafter: the decoder's time (`--stats`' decoder ms: the en
 audio are excluded) and the whole transcription's, medians over the repeats summed over the files;
 their ratios to the first drafter given (`none`: greedy); acceptance, tokens per verify pass and
 the draft's cost per drafted token as a share of a plain step; and whether every file's tokens
-were those of the first drafter (speculation must change none).
+were those of the first drafter (speculation must change none). Last, the decoder's share of the
+first drafter's whole transcription, and the end-to-end speed-up it leaves any draft at most.
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{d:<24} {decoder / 1000:9.2f} {base_decoder / decoder:6.2f} {total / 1000:8.2f} {base_total / total:6.2f} "
               f"{accepted / proposed if proposed else 0:8.1%} {emitted / passes if passes else 0:11.2f} "
               f"{per_token:10.3f}  {'yes' if same else 'NO'}")
+    # What the decode phase is of the whole bounds what any draft can do end to end: were the
+    # decoder free, the rest (audio, features, encoder, segmenting) would still take its time.
+    if base_total > base_decoder:
+        print(f"the decoder is {base_decoder / base_total:.0%} of {reference}'s whole transcription: a draft "
+              f"that cost nothing and made the decoder free would make it {base_total / (base_total - base_decoder):.2f}x "
+              f"faster at most")
     return 0
 
 
