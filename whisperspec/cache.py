@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import warnings
 from pathlib import Path
 from typing import Callable, Iterator
@@ -49,22 +48,15 @@ def load_converted(target: Path, convert: Callable[[], tuple], load: Callable[[P
     return load(target)
 
 
-_held = threading.local()  # folders this thread holds locked: a nested conversion must not wait on itself
-
-
 @contextlib.contextmanager
 def _one_at_a_time(folder: Path) -> Iterator[None]:
     """Processes converting into the same cache folder take turns (Ray workers on one machine, two
     transcriptions, parallel tests, all starting on a cold cache): without it each converts the
     same model, and the last to finish replaces a folder another may be loading from. The lock is
-    the folder's own (flock on its descriptor), so nothing is left behind; where it cannot be taken
-    (no fcntl, a folder that cannot be made or opened) the conversion goes ahead unlocked, as a
-    cache is never a reason for a load to fail."""
-    folder = folder.resolve()
-    held = _held.__dict__.setdefault("folders", set())
-    if folder in held:
-        yield
-        return
+    the folder's own (flock on a descriptor opened here, so threads take turns too), and nothing is
+    left behind; a conversion must not load another into the same folder, or it waits on itself.
+    Where the lock cannot be taken (no fcntl, a folder that cannot be made or opened) the
+    conversion goes ahead unlocked, as a cache is never a reason for a load to fail."""
     try:
         import fcntl
 
@@ -75,10 +67,8 @@ def _one_at_a_time(folder: Path) -> Iterator[None]:
         return
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
-        held.add(folder)
         yield
     finally:
-        held.discard(folder)
         os.close(descriptor)  # closing it releases the lock
 
 
