@@ -9,6 +9,14 @@ from pathlib import Path
 # in the user's own cache: the tests use one inside the repository unless the caller chose one.
 os.environ.setdefault("WHISPERSPEC_CACHE", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "whisperspec-cache"))
 
+# Test workers (pytest-xdist) share the CPUs, each with torch's default count of threads, which
+# spin while they wait for each other at the end of every parallel loop (libgomp's default): beside
+# a worker that holds a core, a spinning thread waits a scheduler slice for it. Waiting passively,
+# a worker gives the core back instead; the bits are the same either way. It must be set before
+# torch loads libgomp, so here, before any test module imports torch.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker per CPU this process may use (its affinity mask, a cgroup quota), not
