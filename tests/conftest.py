@@ -12,10 +12,14 @@ os.environ.setdefault("WHISPERSPEC_CACHE", str(Path(__file__).resolve().parents[
 # Test workers (pytest-xdist) share the CPUs, each with torch's default count of threads, which
 # spin while they wait for each other at the end of every parallel loop (libgomp's default): beside
 # a worker that holds a core, a spinning thread waits a scheduler slice for it. Waiting passively,
-# a worker gives the core back instead; the bits are the same either way. It must be set before
-# torch loads libgomp, so here, before any test module imports torch.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# a worker gives the core back instead; the bits are the same either way. libgomp reads the policy
+# once, as torch loads it; the processes the tests start (a CLI, a demo server, Ray) are left to
+# spin, as users run them: their thread governor runs one thread beside a busy core.
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    import torch  # noqa: F401  (loads libgomp, which reads the policy now)
+
+    del os.environ["OMP_WAIT_POLICY"]
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
