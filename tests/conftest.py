@@ -21,6 +21,14 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_WAIT_POLICY" not in os.environ
 
     del os.environ["OMP_WAIT_POLICY"]
 
+# Gradio keeps uploads in one folder per machine by default, named by the bytes' hash, and a demo
+# that closes deletes the files it stored: two workers' demos serving the same clip shared the file
+# and the first to close deleted it under the other's requests. Each worker gets a folder of its own.
+if os.environ.get("PYTEST_XDIST_WORKER") and "GRADIO_TEMP_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix=f"gradio-{os.environ['PYTEST_XDIST_WORKER']}-")
+
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker per CPU this process may use (its affinity mask, a cgroup quota), not

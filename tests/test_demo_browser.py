@@ -194,7 +194,8 @@ def test_silence_near_silence_and_music_get_a_readable_answer(server, tmp_path):
 
 
 def test_a_stopped_demo_leaves_no_visitor_transcripts(tmp_path):
-    """SIGTERM (a service manager stopping it): the folder of result files goes with the server."""
+    """SIGTERM (a service manager stopping it): the folder of result files goes with the server, and
+    the visitors' uploads, kept in it (not in Gradio's folder shared by every server on the machine)."""
     import glob
     import signal
     import subprocess
@@ -204,8 +205,9 @@ def test_a_stopped_demo_leaves_no_visitor_transcripts(tmp_path):
     client_module = pytest.importorskip("gradio_client")
     port = free_port()
     before = set(glob.glob("/tmp/whisperspec-demo-*"))
+    env = {name: value for name, value in os.environ.items() if name != "GRADIO_TEMP_DIR"}  # as users start it
     server = subprocess.Popen([sys.executable, "-m", "whisperspec.cli", "demo", "--port", str(port),
-                               "--models", "tiny.en"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               "--models", "tiny.en"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -221,6 +223,8 @@ def test_a_stopped_demo_leaves_no_visitor_transcripts(tmp_path):
         assert "phone system" in text.lower()
         made = set(glob.glob("/tmp/whisperspec-demo-*")) - before
         assert made and all(os.listdir(folder) for folder in made)  # the request's result files
+        uploads = [path for folder in made for path in glob.glob(f"{folder}/uploads/**/{CLIP.name}", recursive=True)]
+        assert uploads  # the visitor's clip, in this server's own folder
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 128 + signal.SIGTERM
         assert not [folder for folder in made if os.path.exists(folder)]

@@ -225,3 +225,30 @@ def test_a_candidate_that_could_not_win_even_when_right_is_not_probed_again():
     assert simulate(selector, 300, world).count("dear") == 0
     world["fast"] = (0.0, 0.0005)  # the leader falls behind a plain step: dear could win, is probed, wins
     assert simulate(selector, 200, world)[-100:].count("dear") >= 95
+
+
+class Waiting(Constant):
+    """Cannot draft its first round (as a draft in the target's cache before the target has read
+    a long prompt)."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def can_draft(self, rows):
+        self.asked += 1
+        return self.asked > 1
+
+
+def test_a_round_its_candidate_cannot_draft_is_a_plain_step_and_its_first_drafting_round_goes_untimed():
+    selector = SelectingDrafter([Candidate("waiting", Waiting, acceptance=0.8, step_cost=0.1)])
+    proposal = selector.propose_batch([[1, 2, 3]], 3, [DraftContext()])[0]
+    assert proposal.tokens == [] and selector.chosen is None
+    assert (selector.chosen_rounds["none"], selector.chosen_rounds["waiting"]) == (1, 0)
+    selector.learn([1, 2, 3, 0], Verdict(proposed=0, accepted=0, next_token=0), None, 0.0, None)
+    assert selector.measured["waiting"].weight == 0  # a plain step says nothing of its rate
+    proposal = selector.propose_batch([[1, 2, 3, 0]], 3, [DraftContext()])[0]
+    assert proposal.tokens == [7, 7, 7] and selector.chosen == "waiting" and selector.switched
+    # its first drafting round (a compile, a catch-up): counted for what it emits, not timed
+    selector.learn([1, 2, 3, 0, 7, 7, 7, 0], Verdict(proposed=3, accepted=3, next_token=0), None, 1.0,
+                   PLAIN_STEP * 1.36)
+    assert selector.measured["waiting"].weight > 0 and not selector.measured["waiting"].draft_seconds

@@ -17,7 +17,8 @@ from whisperspec.speculative.drafters.select import SelectingDrafter
 from whisperspec.speculative.lookahead import make_lookahead
 from whisperspec.whisper.drafters import make_drafter
 from whisperspec.whisper.drafters import auto_candidates
-from whisperspec.whisper.drafters.draft_models import shared_cross_layers
+from whisperspec.speculative.protocols import DraftContext
+from whisperspec.whisper.drafters.draft_models import TargetCacheDraftModel, shared_cross_layers
 from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 from whisperspec.whisper.drafters.trained import distilled_drafter
 from whisperspec.whisper.drafters.views import prompt_tail, without_prompt
@@ -292,6 +293,61 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
             assert accepted == 0, name
         else:
             assert (accepted > 0) == (drafter is not None), name
+
+
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_the_int8_self_draft_in_the_main_decoders_cache_gives_plain_greedys_tokens(timestamps):
+    """Beside a float32 main decoder the int8 self-draft drafts in the main decoder's own cache
+    (`TargetCacheDraftModel`): every lookahead, one row at a time and a batch of rows, gives plain
+    greedy's tokens."""
+    runtime = tiny_runtime(6, dtype=torch.float32)
+    mel = random_mel(6, batch=2, dtype=torch.float32)
+    options = DecodeOptions(language="en", timestamps=timestamps, temperatures=(0.0,), max_new_tokens=40)
+    windows = [runtime.encode(mel[i:i + 1]) for i in range(2)]
+    singles = [WindowDecoder(runtime).decode(window, options).tokens for window in windows]
+    assert min(map(len, singles)) > 5
+    drafter = make_drafter("int8", runtime)
+    assert isinstance(drafter.model, TargetCacheDraftModel)
+    batch = runtime.encode(mel)
+    accepted = 0
+    for lookahead in ("1", "3", "8", "heuristic", "confidence"):
+        decoder = WindowDecoder(runtime, drafter, make_lookahead(lookahead))
+        results = [decoder.decode(window, options) for window in windows]
+        rows = decoder.decode_batch(batch, options)
+        assert [r.tokens for r in results] == singles, lookahead
+        assert [r.tokens for r in rows] == singles, lookahead
+        for stats in [r.stats for r in results + rows]:
+            assert stats.proposed > 0 and stats.draft_passes > 0, lookahead
+            accepted += stats.accepted
+    assert accepted > 0
+
+
+def test_a_draft_in_the_main_decoders_cache_never_writes_what_the_main_decoder_holds():
+    """What the main decoder holds is read by the draft and left bit for bit as it was, in rows of
+    different lengths; a long prompt the main decoder has not read yet, the draft does not read
+    alone: it waits for the main decoder's first pass."""
+    runtime = tiny_runtime(6, dtype=torch.float32)
+    window = runtime.encode(random_mel(6, batch=2, dtype=torch.float32))
+    main, drafter = runtime.decoder, make_drafter("int8", runtime)
+    rows = [[50257, 50362, 440, 262, 13, 314, 11], [50257, 50362, 11, 314, 440]]
+    main.start(window.hidden)
+    drafter.start_window(window)
+    contexts = [DraftContext(), DraftContext()]
+    assert drafter.can_draft(rows)  # a few tokens: it reads them itself, above the main decoder's 0
+    prompted = [[50360, *range(300, 300 + defaults.INT8_DRAFT_PROMPT), 50257, 50362], rows[1]]
+    assert not drafter.can_draft(prompted)
+    assert all(p.tokens == [] for p in drafter.propose_batch(prompted, 4, contexts))
+    main.forward(torch.tensor([rows[0][:-1], rows[1] + [13]]))
+    main.rollback([len(rows[0]) - 1, len(rows[1]) - 1])
+    held = [t.clone() for pair in main.self_kv for t in pair]
+    lengths, fed = main.lengths.clone(), main.fed_tokens.clone()
+    for k in (1, 4, 8):
+        proposals = drafter.propose_batch(rows, k, contexts)
+        assert [len(p.tokens) for p in proposals] == [k, k]
+        assert torch.equal(main.lengths, lengths) and torch.equal(main.fed_tokens, fed)
+        for before, after in zip(held, [t for pair in main.self_kv for t in pair]):
+            for row, length in enumerate(lengths[-1].tolist()):
+                assert torch.equal(before[row, :, :length], after[row, :, :length])
 
 
 @pytest.mark.parametrize("compute_type", ["int8", BFLOAT16])

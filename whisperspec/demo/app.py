@@ -402,6 +402,11 @@ def main(host: str = "127.0.0.1", port: int = 7860, model: str | None = None, mo
     default_model = resolve_model(model, allowed_models(models))
     print(f"loading {default_model} and decoding the bundled sample once ...", flush=True)
     pool.warm(default_model)
+    # Visitors' uploads in this server's own folder, unless the operator chose one: by default Gradio
+    # keeps every server's uploads in one folder per machine, each file named by its bytes' hash, and
+    # a server that stops deletes the files it stored, under the requests of another that got the
+    # same bytes. Here they go with the results when the server stops.
+    os.environ.setdefault("GRADIO_TEMP_DIR", os.path.join(_results_root(), "uploads"))
     demo = build_demo(model, models, max_seconds, max_request_seconds, pool=pool)
     for stop in (signal.SIGTERM, signal.SIGINT):  # visitors' transcripts do not outlive the server
         signal.signal(stop, _remove_results_and_exit)

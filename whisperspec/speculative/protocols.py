@@ -94,6 +94,10 @@ class Drafter:
         """`propose` for every row of a batch."""
         return [self.propose(row, k, context) for row, context in zip(rows, contexts)]
 
+    def can_draft(self, rows: list[list[int]]) -> bool:
+        """Whether it drafts for these rows this round (else it proposes nothing: a plain step)."""
+        return True
+
     def learn(self, tokens: list[int], verdict: Verdict, logits: torch.Tensor | None = None,
               draft_seconds: float = 0.0, verify_seconds: float | None = None) -> None:
         """After each round: `tokens` is the row's sequence after the verdict; `logits` [k + 1,

@@ -2,7 +2,8 @@
 
 *Drafter* is what proposes; *draft model* is the network a drafter may run. Any small causal
 model can draft once it answers the `DraftModel` calls: a shared-encoder Whisper draft decoder, the
-first layers of the target itself (early exit), an int8 copy, a separate LM.
+first layers of the target itself (early exit), an int8 copy (in the target's own cache), a
+separate LM.
 The drafter never needs to be told what was rejected: before proposing it compares the tokens its
 cache holds with the sequence and rolls back to the common prefix (as transformers' assisted
 generation crops its cache). Rows of a batch draft together in one forward pass per step.
@@ -25,6 +26,10 @@ class DraftModel(ABC):
     leaves them as they are."""
 
     vocab_ids: torch.Tensor | None = None  # full-vocabulary ids of the logits' columns (reduced head), or None
+    # In the target's own cache (`target_held`): how many tokens the target has not read yet it
+    # reads by itself (a window's start sequence); a row with more (a long prompt) waits for the
+    # target's first pass. None: any number (a cache of its own).
+    reads_alone: int | None = None
 
     @abstractmethod
     def held_tokens(self, row: int) -> list[int]:
@@ -37,6 +42,11 @@ class DraftModel(ABC):
     @abstractmethod
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [batch, n] -> logits [batch, n, vocab or len(vocab_ids)]."""
+
+    def target_held(self, row: int) -> int:
+        """In the target's cache: how many of `row`'s first positions the target holds. The draft
+        reads them and must never write them: the target reads them next with its own bits."""
+        return 0
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep only these batch rows, in this order."""
@@ -59,7 +69,16 @@ class ModelDrafter(Drafter):
         self.model, self.vocab_size = model, vocab_size
         self.view = view
 
+    def can_draft(self, rows: list[list[int]]) -> bool:
+        """In the target's cache, unless a row holds more the target has not read than the model
+        reads alone: a long prompt, which the target's first pass reads with the first draft, and
+        which the draft then reads from the target's cache for nothing."""
+        limit = self.model.reads_alone
+        return limit is None or all(len(row) - 1 - self.model.target_held(b) <= limit for b, row in enumerate(rows))
+
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
+        if not self.can_draft(rows):
+            return [Proposal([]) for _ in rows]
         feed, ends = self._sync(rows)
         drafted, probs = [[] for _ in rows], [[] for _ in rows]
         drafting = [True] * len(rows)
@@ -99,12 +118,14 @@ class ModelDrafter(Drafter):
         return the tokens to feed, and each row's cache length once they are fed. Rows are aligned
         to one width by re-feeding tokens the cache already held (recomputing them gives the same
         keys and values); a row too short for that (rows of different lengths, at the start of a
-        window) is fed as it is and padded (`_forward_last`)."""
+        window), or whose earlier positions are the target's, is fed as it is and padded
+        (`_forward_last`)."""
         if self.view:
             rows = [self.view(row) for row in rows]
         common = [_common_prefix(self.model.held_tokens(b), row[:-1]) for b, row in enumerate(rows)]
         width = max(len(row) - c for row, c in zip(rows, common))
-        starts = [max(len(row) - width, 0) for row in rows]
+        # in the target's cache, no row is re-fed below what the target holds: it is padded instead
+        starts = [max(len(row) - width, self.model.target_held(b)) for b, row in enumerate(rows)]
         self.model.rollback(starts)
         return [row[start:] for row, start in zip(rows, starts)], [len(row) for row in rows]
 

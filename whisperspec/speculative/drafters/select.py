@@ -201,7 +201,15 @@ class SelectingDrafter(Drafter):
             self.last_plain = self.rounds
             return [Proposal([]) for _ in rows]
         self.last_tried[name] = self.rounds
-        return self._ready(name).propose_batch(rows, k, contexts)
+        drafter = self._ready(name)
+        if not drafter.can_draft(rows):  # not yet (a draft in the target's cache, before the target has
+            # read the prompt): a plain step, which says nothing of its rate; its first drafting
+            # round is still its first (a compile, a catch-up), not timed
+            self.chosen = self.previous = None
+            self.chosen_rounds[name] -= 1
+            self.chosen_rounds["none"] += 1
+            return [Proposal([]) for _ in rows]
+        return drafter.propose_batch(rows, k, contexts)
 
     def _choose(self, eligible: list[Candidate], k: int) -> str | None:
         if self.rounds - self.last_plain >= self.max_probe_gap or (

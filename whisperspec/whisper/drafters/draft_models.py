@@ -70,6 +70,63 @@ class WindowDraftModel(DraftModel):
         return self.decoder.forward(tokens, head=self.head)
 
 
+class TargetCacheDraftModel(DraftModel):
+    """A copy of the main decoder (its int8 self-draft) drafting in the main decoder's own
+    self-attention cache, as QSpec (Zhao et al. 2024) shares one between a model's low- and
+    high-precision passes.
+
+    Every position the main decoder holds is read with the keys and values the main decoder
+    computed: the draft never catches up on what was verified, reads the whole previous-text prompt
+    for nothing, and drafts from the main model's own context instead of its approximation of it.
+    It writes only above the main decoder's length (`target_held`). The main decoder's next pass
+    writes its own keys and values there before any query reads them, so the main decoder's bits
+    never change. Its own state is its lengths, fed tokens and cross-attention keys/values.
+
+    `reads_alone`: tokens the main decoder has not read that it reads by itself (a window's start
+    sequence); a window with more (a previous-text prompt) drafts from the round after the main
+    decoder's first pass has read them."""
+
+    def __init__(self, decoder: KVDecoder, main: KVDecoder, vocab_ids: torch.Tensor | None = None, *,
+                 head: nn.Module | None = None, reads_alone: int = 0):
+        if not self.fits(decoder, main):
+            raise ValueError("a draft shares the main decoder's cache only with its layout and dtype")
+        self.decoder, self.main, self.vocab_ids, self.reads_alone = decoder, main, vocab_ids, reads_alone
+        self.head = reduced_head(decoder.head, vocab_ids) if head is None and vocab_ids is not None else head
+
+    @staticmethod
+    def fits(decoder: KVDecoder, main: KVDecoder) -> bool:
+        """Whether `decoder` can read and write `main`'s cache as its own."""
+        return ((decoder.n_layers, decoder.n_heads, decoder.head_dim, decoder.max_length, decoder.cache_dtype)
+                == (main.n_layers, main.n_heads, main.head_dim, main.max_length, main.cache_dtype))
+
+    @torch.inference_mode()
+    def start_window(self, window: EncodedWindow) -> None:
+        self.decoder.self_kv = self.main.self_kv  # `start` keeps a cache of the right shape: none is allocated
+        self.decoder.start(window.hidden, share_cross_with=self.main)
+        self.decoder.self_kv = self.main.self_kv
+
+    def target_held(self, row: int) -> int:
+        return int(self.main.lengths[-1, row])
+
+    def held_tokens(self, row: int) -> list[int]:
+        return self.main.fed_tokens[row, :self.target_held(row)].tolist()
+
+    @torch.inference_mode()
+    def rollback(self, lengths: list[int]) -> None:
+        # set, not lowered: below the main decoder's length its entries are the draft's too
+        self.decoder.lengths[:] = torch.as_tensor(lengths, dtype=torch.long)
+
+    @torch.inference_mode()
+    def reorder(self, rows: torch.Tensor) -> None:
+        self.decoder.self_kv = []  # the main decoder moves the rows of the cache they share, once
+        self.decoder.reorder(rows)
+        self.decoder.self_kv = self.main.self_kv
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.decoder.self_kv = self.main.self_kv  # the main decoder replaces its list as rows leave
+        return self.decoder.forward(tokens, head=self.head)
+
+
 class EarlyExitDraftModel(DraftModel):
     """The main decoder's first `exit_layer` layers and its head (sliced to `vocab_ids`). Their
     cache entries are the main decoder's: the pass that verifies the same tokens starts above them."""

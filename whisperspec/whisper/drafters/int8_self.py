@@ -1,17 +1,24 @@
 """The int8 self-draft: the main decoder itself with int8 weights, its head scoring the most frequent
 tokens. Nothing to train or ship; its cross-attention keys/values are the main decoder's (not
 projected twice), averaged over pairs of frames: cross-attention over all 1500 frames is most of
-an int8 step's time, and pairs keep most of what the draft gets right. It reads only the end of a
-long-form window's previous-text prompt (`defaults.INT8_DRAFT_PROMPT` tokens): reading all of it
-is a pass over up to 223 tokens at every window's start, and the last few carry most of what the
-prompt tells the draft."""
+an int8 step's time, and pairs keep most of what the draft gets right.
+
+It drafts in the main decoder's own self-attention cache (`TargetCacheDraftModel`) wherever that
+cache has its layout and dtype (a float32 main decoder): every token the main decoder has verified
+is read with the main decoder's own keys and values, so the draft agrees more often, never
+catches up after a round, and reads a long-form window's whole previous-text prompt for nothing
+once the main decoder's first pass has read it (a prompt longer than `defaults.INT8_DRAFT_PROMPT`
+tokens waits for that pass; a shorter one, or a window's start sequence, it reads itself). Beside a
+bfloat16 main decoder it keeps a cache of its own and reads only the end of that prompt (as many
+tokens): reading all of it would be a pass over up to 223 tokens at every window's start."""
 
 from __future__ import annotations
 
 from whisperspec import defaults
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.warmup import WarmUp
-from whisperspec.whisper.drafters.draft_models import WindowDraftModel, int8_decoder, reduced_vocab
+from whisperspec.whisper.drafters.draft_models import (TargetCacheDraftModel, WindowDraftModel, int8_decoder,
+                                                      reduced_vocab)
 from whisperspec.whisper.drafters.views import prompt_tail
 
 
@@ -22,5 +29,8 @@ def int8_self_drafter(runtime, vocab_size_kept: int | None = defaults.INT8_DRAFT
     kv = int8_decoder(runtime.model.model.decoder, runtime.model.proj_out.weight, ids, runtime.max_length,
                       cross_pool=defaults.INT8_DRAFT_POOL, kept_as=(getattr(runtime.model, "weights_file", None),
                                                                     "int8-self-draft"), warmup=warmup)
+    if TargetCacheDraftModel.fits(kv, runtime.decoder):
+        return ModelDrafter(TargetCacheDraftModel(kv, runtime.decoder, ids, head=kv.head,
+                                                  reads_alone=defaults.INT8_DRAFT_PROMPT), runtime.vocab_size)
     return ModelDrafter(WindowDraftModel(kv, ids, head=kv.head, cross_source=runtime.decoder), runtime.vocab_size,
                         view=prompt_tail(runtime.special, defaults.INT8_DRAFT_PROMPT))
