@@ -48,8 +48,7 @@ def test_a_visitor_uploads_the_sample_and_sees_transcript_and_tokens(server):
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server)
         choose(page, "Drafter", "int8")  # a drafter that drafts on any clip ('auto' may find plain steps faster)
-        page.locator("input[type=file]").first.set_input_files(str(CLIP))
-        page.wait_for_timeout(1500)  # the upload reaches the server
+        upload(page, CLIP)
         page.locator("#transcribe").click()
         transcript = page.locator("#transcript textarea")
         page.wait_for_function("() => document.querySelector('#transcript textarea').value.length > 5",
@@ -74,14 +73,12 @@ def test_a_failed_request_says_why_and_the_next_one_clears_its_error_badges(serv
         browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server)
-        page.locator("input[type=file]").first.set_input_files(str(tmp_path / "notes.wav"))
-        page.wait_for_timeout(1500)
+        upload(page, tmp_path / "notes.wav")
         page.locator("#transcribe").click()
         page.get_by_text("notes.wav: cannot be decoded as audio").first.wait_for(timeout=60_000)
         assert marked_outputs(page) > 1
         page.get_by_label("Clear").first.click()  # the audio's own clear button
-        page.locator("input[type=file]").first.set_input_files(str(CLIP))
-        page.wait_for_timeout(1500)
+        upload(page, CLIP)
         page.locator("#transcribe").click()
         page.wait_for_function("() => document.querySelector('#transcript textarea').value.length > 5",
                                timeout=120_000)
@@ -96,6 +93,17 @@ def test_a_failed_request_says_why_and_the_next_one_clears_its_error_badges(serv
 
 
 TOAST = ".toast-body, [data-testid=toast-body]"
+
+
+def upload(page, path) -> None:
+    """Choose a file in the page's first file input and wait for its upload to reach the server: a
+    fixed wait lost that race on a loaded host, and the request then went without the file."""
+    def is_upload(response) -> bool:
+        return "/upload" in response.url and response.request.method == "POST"
+
+    with page.expect_response(is_upload, timeout=60_000):
+        page.locator("input[type=file]").first.set_input_files(str(path))
+    page.wait_for_timeout(500)  # the page takes in the upload's answer
 
 
 def marked_outputs(page) -> int:
