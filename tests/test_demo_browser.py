@@ -273,8 +273,14 @@ def test_a_visitor_speaks_into_the_live_microphone(server, tmp_path):
         choose(page, "Drafter", "int8")
         page.get_by_role("tab", name="Live microphone").click()
         page.locator("#live-audio .record-button").click()
-        page.wait_for_function("() => document.querySelector('#live-transcript textarea').value.includes('area code')",
-                               timeout=150_000)
+        try:
+            page.wait_for_function("() => document.querySelector('#live-transcript textarea').value.includes('area code')",
+                                   timeout=150_000)
+        except playwright.TimeoutError:  # say what the page showed instead (a run that lost that race under load)
+            pytest.fail(f"no 'area code' after 150 s; confirmed: {page.locator('#live-transcript textarea').input_value()!r}; "
+                        f"tokens: {page.locator('#live-view').inner_text()[:300]!r}; "
+                        f"stats: {page.locator('#live-stats').inner_text()!r}; "
+                        f"errors shown: {page.locator('.toast-body').all_inner_texts()!r}")
         page.wait_for_selector("#live-view .ws-tokens .ws-tentative", timeout=60_000)  # the next loop, not yet agreed
         page.screenshot(path=str(ARTIFACTS / "demo-live.png"), full_page=True)
         page.locator("#live-audio button", has_text="Stop").click()
