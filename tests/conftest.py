@@ -25,9 +25,12 @@ if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_WAIT_POLICY" not in os.environ
 # that closes deletes the files it stored: two workers' demos serving the same clip shared the file
 # and the first to close deleted it under the other's requests. Each worker gets a folder of its own.
 if os.environ.get("PYTEST_XDIST_WORKER") and "GRADIO_TEMP_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix=f"gradio-{os.environ['PYTEST_XDIST_WORKER']}-")
+    atexit.register(shutil.rmtree, os.environ["GRADIO_TEMP_DIR"], ignore_errors=True)  # not left behind
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
