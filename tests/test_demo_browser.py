@@ -212,8 +212,9 @@ def test_a_stopped_demo_leaves_no_visitor_transcripts(tmp_path):
 
     client_module = pytest.importorskip("gradio_client")
     port = free_port()
-    before = set(glob.glob("/tmp/whisperspec-demo-*"))
-    env = {name: value for name, value in os.environ.items() if name != "GRADIO_TEMP_DIR"}  # as users start it
+    # as users start it, its temporary folders in a place of its own: another test worker's demo
+    # makes result folders in /tmp meanwhile, which this server must not be asked to remove
+    env = {**{name: value for name, value in os.environ.items() if name != "GRADIO_TEMP_DIR"}, "TMPDIR": str(tmp_path)}
     server = subprocess.Popen([sys.executable, "-m", "whisperspec.cli", "demo", "--port", str(port),
                                "--models", "tiny.en"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
@@ -229,7 +230,7 @@ def test_a_stopped_demo_leaves_no_visitor_transcripts(tmp_path):
         text = client.predict(client_module.handle_file(str(CLIP)), "tiny.en", "none", "3", "", "transcribe",
                               False, "float32", api_name="/run")[0]
         assert "phone system" in text.lower()
-        made = set(glob.glob("/tmp/whisperspec-demo-*")) - before
+        made = set(glob.glob(f"{tmp_path}/whisperspec-demo-*"))
         assert made and all(os.listdir(folder) for folder in made)  # the request's result files
         uploads = [path for folder in made for path in glob.glob(f"{folder}/uploads/**/{CLIP.name}", recursive=True)]
         assert uploads  # the visitor's clip, in this server's own folder
