@@ -158,11 +158,42 @@ def test_bfloat16_is_fast_with_amx_or_on_amd_with_avx512_bf16(monkeypatch, amx, 
     monkeypatch.setattr(torch.cpu, "_init_amx", lambda: amx)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(processor, "cpu_vendor", lambda: vendor)
-    bfloat16_is_fast.cache_clear()
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    _forget_the_processor()
     try:
         assert bfloat16_is_fast() is fast
     finally:
-        bfloat16_is_fast.cache_clear()
+        _forget_the_processor()
+
+
+@pytest.mark.parametrize("cap, amx_used", [("AVX512_CORE_BF16", False), ("avx2", False), ("AVX512_CORE_AMX", True),
+                                           ("AVX10_1_512_AMX_FP16", True), ("ALL", True), ("", True)])
+def test_amx_counts_only_where_onednn_may_use_it(monkeypatch, cap, amx_used):
+    """`ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16` keeps oneDNN off AMX tiles on an Intel Xeon, where its
+    AVX-512 BF16 kernels made a bfloat16 encoder slower than float32: compute type `auto` is then
+    float32 there, as on any Intel processor without AMX, and the decoder float32."""
+    import whisperspec.kernels.processor as processor
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_init_amx", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.setattr(processor, "cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    _forget_the_processor()
+    try:
+        assert processor.amx_tiles_used() is amx_used
+        assert processor.bfloat16_is_fast() is amx_used and processor.bfloat16_decoder_pays() is amx_used
+    finally:
+        _forget_the_processor()
+
+
+def _forget_the_processor():
+    import whisperspec.kernels.processor as processor
+
+    for probe in (processor.amx_tiles_used, processor.bfloat16_is_fast, processor.bfloat16_decoder_pays):
+        probe.cache_clear()
 
 
 @pytest.mark.parametrize("fast", [True, False])

@@ -38,7 +38,8 @@ from whisperspec.transcribe import Transcriber
 from whisperspec.bench.trees import draft_ranks, interleaved_costs, pass_costs, print_trees
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder, forced_prefix
-from whisperspec.kernels.processor import bfloat16_decoder_pays, bfloat16_is_fast, instruction_sets, processor_name
+from whisperspec.kernels.processor import (bfloat16_decoder_pays, bfloat16_is_fast, instruction_sets, onednn_isa_cap,
+                                           processor_name)
 from whisperspec.options import COMPUTE_TYPES
 from whisperspec.whisper.model import WhisperRuntime
 from whisperspec.whisper.rules import WhisperLogitFilter
@@ -114,7 +115,8 @@ def host_description(runtime) -> str:
     decoder = runtime.decoder
     features = ", ".join(name for name, present in (("bfloat16 fast", bfloat16_is_fast()),
                                                    ("AMX tiles", bfloat16_decoder_pays())) if present) or "float32 only"
-    return (f"processor: {processor_name()}, {instruction_sets()} ({features}); main decoder rows kept apart in blocks of "
+    cap = f", oneDNN capped at {onednn_isa_cap()}" if onednn_isa_cap() else ""
+    return (f"processor: {processor_name()}, {instruction_sets()} ({features}{cap}); main decoder rows kept apart in blocks of "
             f"{decoder.products.smallest}-{decoder.products.largest} rows a product (oneDNN), "
             f"{decoder.attention.smallest}-{decoder.attention.largest} queries an attention call "
             f"(torch's fused kernel), over {decoder.max_length} cached positions")

@@ -73,11 +73,11 @@ def bfloat16_is_fast() -> bool:
     bfloat16 pairs at twice float32's rate). Not on an Intel processor with AVX-512 BF16 alone,
     where oneDNN's bfloat16 path made the encoder slower than float32. The measured speeds per
     processor: docs/BENCHMARKS.md."""
+    if amx_tiles_used():
+        return True
     try:
-        if torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx():
-            return True
         return bool(torch.cpu._is_avx512_bf16_supported()) and cpu_vendor() == "AuthenticAMD"
-    except (AttributeError, RuntimeError):  # a torch without these probes
+    except (AttributeError, RuntimeError):  # a torch without this probe
         return False
 
 
@@ -88,7 +88,25 @@ def bfloat16_decoder_pays() -> bool:
     AVX-512 BF16, where a bfloat16 step and verify pass measured slower than float32's
     (docs/BENCHMARKS-HISTORY.md, session 36): there compute type bfloat16 is the encoder's and the window's
     cross-attention projections', and the decoder stays float32."""
+    return amx_tiles_used()
+
+
+def onednn_isa_cap() -> str:
+    """The instruction set oneDNN is capped at (`ONEDNN_MAX_CPU_ISA`, or its older name
+    `DNNL_MAX_CPU_ISA`), upper case; "" where nothing caps it."""
+    return (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+
+
+@functools.cache
+def amx_tiles_used() -> bool:
+    """Whether oneDNN multiplies on AMX tiles here: the processor has them, the system lets this
+    process use them, and `ONEDNN_MAX_CPU_ISA` does not cap oneDNN below them. Under
+    `ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16` an Intel Xeon with AMX runs the AVX-512 BF16 kernels,
+    where a bfloat16 encoder pass measured slower than a float32 one (docs/BENCHMARKS.md, Intel), so
+    the choices that AMX pays for must not follow torch's probe of the processor alone."""
     try:
-        return bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())
+        tiles = bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())
     except (AttributeError, RuntimeError):  # a torch without these probes
         return False
+    cap = onednn_isa_cap()  # oneDNN's names: AVX512_CORE_BF16, AVX512_CORE_AMX, AVX10_1_512_AMX, ...
+    return tiles and (cap in ("", "ALL", "DEFAULT") or "AMX" in cap)
