@@ -164,6 +164,49 @@ def test_base_scores_a_token_the_same_in_a_step_a_verify_pass_and_a_batch(base_b
         assert torch.equal(batch[index, :kept], alone[:kept]), index
 
 
+ENCODER_TYPES = ["float32", pytest.param("bfloat16", marks=needs_bfloat16), "int8"]
+
+
+@pytest.mark.real
+@needs_onednn
+@pytest.mark.parametrize("compute_type", ENCODER_TYPES)
+def test_a_window_is_encoded_and_projected_to_the_same_bits_at_every_thread_count(base_bundle, compute_type):
+    """The thread count follows the machine's load (`whisperspec.cpu`), so the encoder and a
+    window's cross-attention keys and values must not depend on it: on AMX tiles a bfloat16 product
+    of 1500 frames to base's 1536 fused query/key/value columns changed bits between one thread and
+    two, and with them a file's transcript under load (`exact_rows.frame_columns`)."""
+    from whisperspec.whisper.model import WhisperRuntime
+
+    runtime = WhisperRuntime.from_bundle(base_bundle, compute_type)
+    results = []
+    for count in (1, *thread_counts()):
+        with torch_threads(count):
+            hidden = window_hidden(runtime, "vm-options")
+            runtime.decoder.start(hidden)
+            results.append((hidden, runtime.decoder.cross_kv[0][0].clone(), runtime.decoder.cross_kv[-1][1].clone()))
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other)), compute_type
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_frame_product_is_cut_into_columns_that_keep_their_bits_at_every_thread_count(dtype):
+    from whisperspec.kernels.exact_rows import frame_columns
+    from whisperspec.kernels.packed_linear import onednn_linear
+
+    generator = torch.Generator().manual_seed(1)
+    frames = torch.randn(1500, 512, generator=generator).to(dtype)
+    weight = (torch.randn(1536, 512, generator=generator) / 512 ** 0.5).to(dtype)
+    columns = frame_columns(dtype, 1500, 1536, 512, thread_counts())
+    assert columns in (1536, 512, 256, 128, 0)
+    pieces = [packed_weight(weight[first:first + (columns or 1536)].contiguous()) for first in range(0, 1536, columns or 1536)]
+    outputs = []
+    for count in (1, *thread_counts()):
+        with torch_threads(1 if columns == 0 else count):
+            outputs.append(torch.cat([onednn_linear(frames, piece) for piece in pieces], dim=-1))
+    assert all(torch.equal(outputs[0], out) for out in outputs[1:])
+
+
 # each compute type with one lookahead per drafter: together every drafter and every kind of
 # lookahead meets every compute type's decoder on real speech
 COMPUTE_TYPES = [("float32", None), pytest.param("bfloat16", None, marks=needs_bfloat16),

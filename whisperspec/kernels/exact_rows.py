@@ -62,6 +62,9 @@ ONE_ROW = RowBlock(1, 1)
 # step's row padded to them costs less than alone.
 PRODUCT_BLOCKS = (RowBlock(4, 64), RowBlock(4, 32), RowBlock(4, 16), RowBlock(2, 16), RowBlock(2, 8))
 ATTENTION_BLOCKS = (RowBlock(4, 32), RowBlock(4, 16), RowBlock(8, 16), RowBlock(2, 3))
+# columns per call tried for a product over a window's frames (the encoder's), widest first; 0: all
+# of them in one call
+COLUMN_PIECES = (0, 512, 256, 128)
 
 
 def rows_product(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], attr: str, algorithm: str,
@@ -212,7 +215,7 @@ def _kept_block(name: str, find: Callable[[], RowBlock]) -> RowBlock:
         return [block.smallest, block.largest]
 
     # the candidates tried are part of the question: other candidates, another answer
-    tried = hashlib.sha256(repr((PRODUCT_BLOCKS, ATTENTION_BLOCKS, KEY_BLOCK)).encode()).hexdigest()[:8]
+    tried = hashlib.sha256(repr((PRODUCT_BLOCKS, ATTENTION_BLOCKS, KEY_BLOCK, COLUMN_PIECES)).encode()).hexdigest()[:8]
     smallest, largest = kept_json(Path(torch.__file__), f"{name}-{processor_key()}-{tried}", found)
     return RowBlock(smallest, largest)
 
@@ -298,3 +301,58 @@ def _find_attention_block(dtype: torch.dtype, heads: int, head_dim: int, keys: i
     except RuntimeError:
         pass
     return ONE_ROW
+
+
+@functools.cache
+def frame_columns(dtype: torch.dtype, rows: int, out_features: int, in_features: int,
+                  threads: tuple[int, ...] = ()) -> int:
+    """How many output columns a call of the `rows` x `in_features` -> `out_features` product (a
+    window's frames through one of the encoder's weights) may compute for every output to get the bits
+    it gets on one thread, at each of the `threads` counts: `out_features` where the whole product
+    does, fewer where only pieces of its columns do, 0 where none does (then it runs on one thread).
+
+    The encoder's products do not mix rows of other windows, but oneDNN shares a product's work
+    among threads by blocks of rows and columns, and on AMX tiles some shapes' split moves rows to
+    kernels that sum in another order: a bfloat16 product of 1500 frames to 1536 columns (base's
+    fused query/key/value) changes bits between one thread and two, the 512-column pieces do not.
+    The thread count follows the machine's load (`whisperspec.cpu`), so without this the load
+    would change a transcript."""
+    name = f"frame-columns-{str(dtype).removeprefix('torch.')}-{rows}-{out_features}-{in_features}-{_threads_key(threads)}"
+    return _kept_block(name, functools.partial(_find_frame_columns, dtype, rows, out_features, in_features,
+                                               threads)).largest
+
+
+def _find_frame_columns(dtype: torch.dtype, rows: int, out_features: int, in_features: int,
+                        threads: tuple[int, ...]) -> RowBlock:
+    from whisperspec.kernels.packed_linear import packed_weight
+
+    generator = torch.Generator().manual_seed(0)
+    weight = (torch.randn(out_features, in_features, generator=generator) / in_features ** 0.5).to(dtype)
+    bias = torch.randn(out_features, generator=generator).to(dtype)
+    frames = torch.randn(rows, in_features, generator=generator).to(dtype)
+    for columns in COLUMN_PIECES:
+        columns = columns or out_features
+        if out_features % columns:
+            continue
+        pieces = [(packed_weight(weight[first:first + columns].contiguous()), bias[first:first + columns])
+                  for first in range(0, out_features, columns)]
+        if any(packed is None for packed, _ in pieces):
+            break
+
+        def run() -> torch.Tensor:
+            return torch.cat([torch.ops.mkldnn._linear_pointwise(frames, packed, part, "none", [], "")
+                              for packed, part in pieces], dim=-1)
+
+        try:
+            with torch_threads(1):
+                alone = run()
+            if all(_same_at(count, run, alone) for count in threads or (torch.get_num_threads(),)):
+                return RowBlock(columns, columns)
+        except (AttributeError, RuntimeError):  # a torch build without these ops
+            break
+    return RowBlock(0, 0)
+
+
+def _same_at(threads: int, run: Callable[[], torch.Tensor], expected: torch.Tensor) -> bool:
+    with torch_threads(threads):
+        return torch.equal(run(), expected)

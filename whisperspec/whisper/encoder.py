@@ -38,8 +38,9 @@ from torch import nn
 
 from whisperspec.kernels.encoder_attention import self_attention
 from whisperspec.kernels.int8_linear import Int8Linear
-from whisperspec.kernels.packed_linear import (ONEDNN_AVAILABLE, bfloat16_weight, onednn_linear, packed_copy,
-                                               packed_weight)
+from whisperspec.cpu import thread_counts, torch_threads
+from whisperspec.kernels.exact_rows import frame_columns
+from whisperspec.kernels.packed_linear import ONEDNN_AVAILABLE, onednn_linear, packed_copy, packed_weight
 
 
 class Encoder:
@@ -48,7 +49,8 @@ class Encoder:
         if compute_type != "float32" and not fused:
             raise ValueError(f"compute type {compute_type} needs a float32 Whisper with GELU and torch's oneDNN ops")
         product = {"float32": _Product, "int8": _Int8Product, "bfloat16": _Bfloat16Product}[compute_type]
-        self.layers = [_FusedLayer(layer, product) for layer in encoder.layers] if fused else None
+        frames = encoder.embed_positions.weight.shape[0]  # after the convolutions
+        self.layers = [_FusedLayer(layer, product, frames) for layer in encoder.layers] if fused else None
         # The fused path takes the convolutions, norms and positions from the stock encoder; only a
         # fallback runs its linears, on oneDNN then (packing them for nothing would cost base 75 MB
         # and large-v2 2.5 GB).
@@ -87,16 +89,16 @@ class Encoder:
 class _FusedLayer:
     """One encoder layer on `product`s: `_Product` (float32), `_Int8Product` or `_Bfloat16Product`."""
 
-    def __init__(self, layer: nn.Module, product):
+    def __init__(self, layer: nn.Module, product, frames: int):
         attn = layer.self_attn
         self.n_heads = attn.num_heads
         scale = attn.scaling  # transformers scales the projected queries; here it is in the weights
         k_bias = attn.k_proj.bias if attn.k_proj.bias is not None else torch.zeros(attn.k_proj.out_features)
         self.qkv = product(torch.cat([attn.q_proj.weight * scale, attn.k_proj.weight, attn.v_proj.weight]),
-                           torch.cat([attn.q_proj.bias * scale, k_bias, attn.v_proj.bias]))
-        self.out_proj = product(attn.out_proj.weight, attn.out_proj.bias)
-        self.fc1 = product(layer.fc1.weight, layer.fc1.bias, gelu=True)
-        self.fc2 = product(layer.fc2.weight, layer.fc2.bias)
+                           torch.cat([attn.q_proj.bias * scale, k_bias, attn.v_proj.bias]), frames=frames)
+        self.out_proj = product(attn.out_proj.weight, attn.out_proj.bias, frames=frames)
+        self.fc1 = product(layer.fc1.weight, layer.fc1.bias, gelu=True, frames=frames)
+        self.fc2 = product(layer.fc2.weight, layer.fc2.bias, frames=frames)
         self.attn_norm, self.ffn_norm = layer.self_attn_layer_norm, layer.final_layer_norm
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -106,21 +108,43 @@ class _FusedLayer:
 
 
 class _Product:
-    """x @ weight.T + bias on oneDNN's packed weight, with GELU or a residual `add` fused in."""
+    """x @ weight.T + bias on oneDNN's packed weight, with GELU or a residual `add` fused in; in
+    pieces of `frame_columns` columns (or on one thread) where the whole product's bits would move
+    with the thread count (`whisperspec.kernels.exact_rows.frame_columns`)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False):
-        self.weight, self.bias, self.gelu = packed_weight(weight.detach()), bias.detach(), gelu
+    dtype = torch.float32
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False, frames: int = 1500):
+        weight, bias = weight.detach().to(self.dtype), bias.detach().to(self.dtype)
+        out_features = weight.shape[0]
+        columns = frame_columns(self.dtype, frames, out_features, weight.shape[1], thread_counts())
+        self.one_thread = columns == 0
+        columns = columns or out_features
+        self.pieces = [(slice(first, first + columns), packed_weight(weight[first:first + columns].contiguous()),
+                        bias[first:first + columns]) for first in range(0, out_features, columns)]
+        self.gelu = gelu
 
     def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        return onednn_linear(x, self.weight, self.bias, gelu=self.gelu, add=add)
+        if self.one_thread:
+            with torch_threads(1):
+                return self._product(x, add)
+        return self._product(x, add)
+
+    def _product(self, x: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
+        if len(self.pieces) == 1:
+            _, weight, bias = self.pieces[0]
+            return onednn_linear(x, weight, bias, gelu=self.gelu, add=add)
+        return torch.cat([onednn_linear(x, weight, bias, gelu=self.gelu,
+                                        add=None if add is None else add[:, columns].contiguous())
+                          for columns, weight, bias in self.pieces], dim=-1)
 
 
 class _Int8Product(Int8Linear):
     """The same call with int8 weights; GELU and the residual are applied in place on the new output
     (no fused kernels here, and every extra tensor of 1500 rows costs memory traffic)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False):
-        super().__init__(weight.detach(), bias.detach())
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False, frames: int = 1500):
+        super().__init__(weight.detach(), bias.detach())  # fbgemm's int8 products: the same bits at any thread count
         self.gelu = gelu
 
     def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
@@ -134,11 +158,9 @@ class _Bfloat16Product(_Product):
     """The same product on bfloat16 weights and input (float32 sums); its output is bfloat16, for
     the next product or the attention, except with `add`: the residual stream stays float32."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False):
-        self.weight = bfloat16_weight(weight)
-        self.bias, self.gelu = bias.detach().bfloat16(), gelu
+    dtype = torch.bfloat16
 
-    def __call__(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        y = onednn_linear(x.bfloat16(), self.weight, self.bias, gelu=self.gelu)
+    def _product(self, x: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
+        y = super()._product(x.bfloat16(), None)
         return y if add is None else y.float().add_(add)
 
