@@ -157,10 +157,10 @@ def _report(utterances, systems, seconds, work: Path, language: str, args) -> No
     references = [u.text for u in utterances]
     for name in systems:
         texts = _texts(work / f"{name}-0", names)
-        wer = score(references, texts, language).wer if all(references) else float("nan")
+        wer = f"{score(references, texts, language).wer:.2%}" if all(references) else "- (no references)"
         ratio = {base: f"{wall[base] / wall[name]:.2f}x" if base in wall else "-" for base in ("greedy", "faster-whisper")}
         print(f"| {name} | {wall[name]:.1f} | {audio / wall[name]:.1f} | {ratio['greedy']} | "
-              f"{ratio['faster-whisper']} | {wer:.2%} |")
+              f"{ratio['faster-whisper']} | {wer} |")
     if {"whisperspec", "greedy"} <= set(systems):
         same = sum(a == b for a, b in zip(_texts(work / "whisperspec-0", names), _texts(work / "greedy-0", names)))
         print(f"\nwhisperspec and greedy transcripts identical: {same}/{len(names)}")
