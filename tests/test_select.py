@@ -171,6 +171,25 @@ def test_a_probe_is_timed_on_its_second_round_not_on_its_catch_up():
     assert selector.usage()["other"] > 0.8
 
 
+class InPlace(Constant):
+    catches_up = False  # as prompt lookup, or a draft in the target's own cache
+
+
+def test_a_candidate_that_never_catches_up_is_probed_for_one_timed_round():
+    # its first drafting round ever (a compile) goes untimed, so its first probe takes two rounds;
+    # after that a switch to it costs nothing extra: each probe is one round, and it is timed
+    selector = SelectingDrafter([candidate("leader", acceptance=0.8, step_cost=0.05),
+                                 Candidate("in-place", InPlace, acceptance=0.8, step_cost=0.05)])
+    chosen = simulate(selector, 400, {"leader": (1.0, 0.0005), "in-place": (0.34, 0.0005)})
+    runs, previous = [], None
+    for name in chosen:
+        if name == "in-place":
+            runs[-1:] = [runs[-1] + 1] if previous == "in-place" else runs[-1:] + [1]
+        previous = name
+    assert runs[0] == 2 and len(runs) >= 3 and set(runs[1:]) == {1}
+    assert len(selector.measured["in-place"].draft_seconds) == sum(runs) - 1
+
+
 def test_a_plain_step_is_timed_now_and_then_and_wins_where_passes_over_more_tokens_are_dear():
     """The plain step's cost is measured, not extrapolated from the verify passes: a decoder whose
     pass over 4 tokens costs 60% more than a step (attention one query at a time, say) is faster

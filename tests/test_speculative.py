@@ -295,12 +295,14 @@ def test_batched_rows_equal_their_single_row_decodes(timestamps):
             assert (accepted > 0) == (drafter is not None), name
 
 
+@pytest.mark.parametrize("decoder", ["float32", BFLOAT16])
 @pytest.mark.parametrize("timestamps", [False, True])
-def test_the_int8_self_draft_in_the_main_decoders_cache_gives_plain_greedys_tokens(timestamps):
-    """Beside a float32 main decoder the int8 self-draft drafts in the main decoder's own cache
-    (`TargetCacheDraftModel`): every lookahead, one row at a time and a batch of rows, gives plain
-    greedy's tokens."""
-    runtime = tiny_runtime(6, dtype=torch.float32)
+def test_the_int8_self_draft_in_the_main_decoders_cache_gives_plain_greedys_tokens(timestamps, decoder):
+    """Beside a float32 or a bfloat16 main decoder the int8 self-draft drafts in the main decoder's
+    own cache (`TargetCacheDraftModel`; beside bfloat16 it attends on bfloat16): every lookahead, one
+    row at a time and a batch of rows, gives plain greedy's tokens."""
+    runtime = tiny_runtime(6, dtype=torch.float32, compute_type=decoder, decoder_compute_type=decoder)
+    assert runtime.decoder.cache_dtype == getattr(torch, decoder)
     mel = random_mel(6, batch=2, dtype=torch.float32)
     options = DecodeOptions(language="en", timestamps=timestamps, temperatures=(0.0,), max_new_tokens=40)
     windows = [runtime.encode(mel[i:i + 1]) for i in range(2)]

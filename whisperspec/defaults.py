@@ -32,9 +32,9 @@ INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus e
 INT8_DRAFT_POOL = 2
 # ... and reads by itself at most 32 tokens of a window's previous-text prompt, not up to 223: the
 # whole prompt is a long int8 pass at every window's start for a few points of acceptance
-# (docs/BENCHMARKS-HISTORY.md, session 42). In a cache of its own (beside a bfloat16 main decoder)
-# it reads the prompt's last 32; in the main decoder's, a longer prompt waits for the main
-# decoder's first pass, and is then read from its cache for nothing.
+# (docs/BENCHMARKS-HISTORY.md, session 42). In a cache of its own (where it cannot share the main
+# decoder's) it reads the prompt's last 32; in the main decoder's, a longer prompt waits for the
+# main decoder's first pass, and is then read from its cache for nothing.
 INT8_DRAFT_PROMPT = 32
 TRAINED_DRAFT_HEAD = 24576  # text tokens a distilled draft's head scores (`distill --vocab`)
 

@@ -80,6 +80,9 @@ class Drafter:
     # True: `learn` reads every one of the target's scores (a draft learning from them), so the
     # target must not leave out those it can tell cannot be its argmax
     reads_scores: bool = False
+    # True: after rounds it did not draft, its next round first reads what was decoded meanwhile
+    # (a cache of its own catching up), so that round costs more than its others
+    catches_up: bool = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -131,7 +131,11 @@ class DecoderLayer(nn.Module):
         if self.rows_apart and mask is not None:  # `mask` covers the cache's capacity
             return rows_cache_attention(q, k_cache, v_cache, positions, mask, self.query_rows, self.most_query_rows)
         end = int(positions.max()) + 1
-        return F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, scale=1.0)
+        # a draft's float32 queries over a bfloat16 main decoder's cache (`KVDecoder`'s `cache_dtype`)
+        # attend in the cache's dtype: its keys are read as they are, not copied to float32
+        out = F.scaled_dot_product_attention(q.to(k_cache.dtype), k_cache[:, :, :end], v_cache[:, :, :end],
+                                             attn_mask=mask, scale=1.0)
+        return out.to(q.dtype)
 
     def cross_queries(self, hidden: torch.Tensor) -> torch.Tensor:
         """The scaled cross-attention queries [batch, heads, n, head_dim], in the residual stream's
@@ -148,8 +152,9 @@ class DecoderLayer(nn.Module):
 
     def attend_encoder(self, hidden: torch.Tensor, k_cross: torch.Tensor, v_cross: torch.Tensor) -> torch.Tensor:
         """Cross-attention on the window's encoder output (K/V precomputed once per window)."""
-        out = rows_attention(self.cross_queries(hidden), k_cross, v_cross, None, self.query_rows, self.most_query_rows)
-        return hidden + self.cross_out(merge_heads(out))
+        queries = self.cross_queries(hidden)
+        out = rows_attention(queries.to(k_cross.dtype), k_cross, v_cross, None, self.query_rows, self.most_query_rows)
+        return hidden + self.cross_out(merge_heads(out.to(queries.dtype)))
 
     def feed_forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden + self.fc2(F.gelu(self.fc1(self.ffn_norm(hidden))))  # Whisper's exact GELU

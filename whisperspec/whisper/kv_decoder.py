@@ -44,7 +44,8 @@ class KVDecoder:
     (`from_model`). `frames`: the encoder positions its cross-attention reads (Whisper's 1500)."""
 
     def __init__(self, decoder: nn.Module, head: nn.Module, max_length: int | None = None, cross_pool: int = 1,
-                 bfloat16: bool = False, rows_apart: bool = False, frames: int = 1500, warmup: WarmUp | None = None):
+                 bfloat16: bool = False, rows_apart: bool = False, frames: int = 1500, warmup: WarmUp | None = None,
+                 cache_dtype: torch.dtype | None = None):
         self.embed_tokens = decoder.embed_tokens.weight
         self.embed_positions = decoder.embed_positions.weight
         self.layers = list(decoder.layers)
@@ -56,9 +57,10 @@ class KVDecoder:
         self.scaling = attn.scaling
         self.n_layers = len(self.layers)
         # `bfloat16`: the per-token products and the attention on bfloat16 (`Bfloat16DecoderLayer`),
-        # the caches with them; else float32
+        # the caches with them; else float32, or `cache_dtype` (a draft whose layers read and write
+        # the cache of a main decoder of that dtype: `TargetCacheDraftModel`)
         self.bfloat16 = bfloat16
-        self.cache_dtype = torch.bfloat16 if bfloat16 else self.embed_tokens.dtype
+        self.cache_dtype = torch.bfloat16 if bfloat16 else cache_dtype or self.embed_tokens.dtype
         self.rows_apart = rows_apart
         products = attention = ANY_ROWS
         if rows_apart:

@@ -30,6 +30,8 @@ class DraftModel(ABC):
     # reads by itself (a window's start sequence); a row with more (a long prompt) waits for the
     # target's first pass. None: any number (a cache of its own).
     reads_alone: int | None = None
+    # True: its cache is the target's, which holds whatever was verified: it never catches up
+    in_target_cache: bool = False
 
     @abstractmethod
     def held_tokens(self, row: int) -> list[int]:
@@ -68,6 +70,10 @@ class ModelDrafter(Drafter):
                  view: Callable[[list[int]], list[int]] | None = None):
         self.model, self.vocab_size = model, vocab_size
         self.view = view
+
+    @property
+    def catches_up(self) -> bool:
+        return not self.model.in_target_cache
 
     def can_draft(self, rows: list[list[int]]) -> bool:
         """In the target's cache, unless a row holds more the target has not read than the model

@@ -12,6 +12,8 @@ from whisperspec.speculative.protocols import DraftContext, Drafter, Proposal
 
 
 class NgramDrafter(Drafter):
+    catches_up = False  # it reads the sequence as it is, every round
+
     def __init__(self, max_ngram: int = defaults.NGRAM_MAX, min_ngram: int = 1, reference: list[int] | None = None):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.reference = list(reference or [])  # extra text to search, before the sequence itself

@@ -20,10 +20,12 @@ are measured, and they are guesses (costs differ from machine to machine, accept
 speech): every candidate that applies is measured once the input is long enough to repay building it
 (`explore_after` times its build cost, in rounds), however poor its prior.
 
-The first round of a candidate after another drafted pays for catching up (its cache is behind
-by whatever was decoded since it last drafted): that round counts for what it emits but is not
-timed, or one dear catch-up would condemn a good candidate; a probe therefore drafts two rounds,
-the second timed.
+The first round of a candidate after another drafted pays for catching up where it keeps a cache of
+its own (`Drafter.catches_up`: behind by whatever was decoded since it last drafted): that round
+counts for what it emits but is not timed, or one dear catch-up would condemn a good candidate; a
+probe of such a candidate therefore drafts two rounds, the second timed. One that never catches up
+(prompt lookup, a draft in the target's own cache) is probed for one round, timed, as is its
+first round after a switch; a candidate's very first drafting round (a compile) is never timed.
 
 Candidates are built on first use, once the plain steps they would have saved pay for building
 them (a model draft costs its load only where it can repay it: `WarmUp.repays`), and may decline a
@@ -171,7 +173,8 @@ class SelectingDrafter(Drafter):
         self.chosen: str | None = None  # this round's candidate (None: a plain step)
         self.probing = False  # this round tries a candidate that is not the expected fastest
         self.previous: str | None = None  # last round's candidate
-        self.switched = False  # this round's candidate did not draft the last one: it catches up
+        self.switched = False  # this round's candidate did not draft the last one
+        self.catching_up = False  # ... and reads what was decoded since (or drafts for the first time)
         self.probe_next: str | None = None  # set in a probe's first round: the candidate it goes on with
         self.setup_seconds = 0.0  # of this round's drafting: building or starting a candidate
         self.chosen_rounds: Counter = Counter()  # candidate name (or "none") -> rounds
@@ -194,14 +197,16 @@ class SelectingDrafter(Drafter):
         else:
             name = self._choose(eligible, k)
         self.switched = name is not None and name != self.previous
-        self.probe_next = name if self.probing and self.switched else None
         self.chosen, self.previous, self.setup_seconds = name, name, 0.0
         self.chosen_rounds[name or "none"] += 1
+        self.catching_up, self.probe_next = False, None
         if name is None:
             self.last_plain = self.rounds
             return [Proposal([]) for _ in rows]
         self.last_tried[name] = self.rounds
         drafter = self._ready(name)
+        self.catching_up = self.switched and (drafter.catches_up or not self.measured[name].draft_seconds)
+        self.probe_next = name if self.probing and self.catching_up else None
         if not drafter.can_draft(rows):  # not yet (a draft in the target's cache, before the target has
             # read the prompt): a plain step, which says nothing of its rate; its first drafting
             # round is still its first (a compile, a catch-up), not timed
@@ -295,7 +300,7 @@ class SelectingDrafter(Drafter):
         self.verify_cost.add(verdict.proposed, verify_seconds)
         if name is None:
             return
-        if not self.switched:  # what a switch's round cost to draft is mostly the catch-up's
+        if not self.catching_up:  # what such a round cost to draft is mostly the catch-up's
             self.measured[name].draft_seconds.append(max(draft_seconds - self.setup_seconds, 0.0))
         rate = self._measured_rate(name)
         if rate is None:
@@ -303,7 +308,7 @@ class SelectingDrafter(Drafter):
         others = [self._measured_rate(n) for n in self.measured if n != name]
         if rate >= max([1 / self.verify_cost.plain_step(), *(r for r in others if r is not None)]):
             self.gaps[name] = self.probe_every
-        elif self.probing and not self.switched:  # a probe that lost: the next one comes twice as late
+        elif self.probing and not self.catching_up:  # a probe that lost: the next one comes twice as late
             self.gaps[name] = min(2 * self.gaps[name], self.max_probe_gap)
 
     # ---------------------------------------------------------------- the candidates' lives

@@ -86,6 +86,8 @@ class TargetCacheDraftModel(DraftModel):
     sequence); a window with more (a previous-text prompt) drafts from the round after the main
     decoder's first pass has read them."""
 
+    in_target_cache = True
+
     def __init__(self, decoder: KVDecoder, main: KVDecoder, vocab_ids: torch.Tensor | None = None, *,
                  head: nn.Module | None = None, reads_alone: int = 0):
         if not self.fits(decoder, main):
@@ -130,6 +132,8 @@ class TargetCacheDraftModel(DraftModel):
 class EarlyExitDraftModel(DraftModel):
     """The main decoder's first `exit_layer` layers and its head (sliced to `vocab_ids`). Their
     cache entries are the main decoder's: the pass that verifies the same tokens starts above them."""
+
+    in_target_cache = True
 
     def __init__(self, main: KVDecoder, exit_layer: int, vocab_ids: torch.Tensor | None = None):
         self.decoder, self.exit_layer, self.vocab_ids = main, exit_layer, vocab_ids
@@ -192,7 +196,7 @@ def shared_cross_layers(draft: nn.Module, main: nn.Module) -> list[int] | None:
 def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch.Tensor | None,
                  max_length: int, cross_pool: int = 1, head: nn.Module | None = None,
                  kept_as: tuple[Path | None, str] | None = None, warmup: WarmUp | None = None,
-                 kind: type[KVDecoder] = KVDecoder) -> KVDecoder:
+                 kind: type[KVDecoder] = KVDecoder, cache_dtype: torch.dtype | None = None) -> KVDecoder:
     """A copy of `decoder` and of the head rows `vocab_ids` with int8 weights, as a KV decoder of
     class `kind` (`head`: such an int8 head made before, reused). Low-rank adapters in `decoder`
     (`whisperspec.whisper.drafters.adapters`) stay float and shared with it: whoever trains them
@@ -250,7 +254,7 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
     copied.float()  # int8 kernels take float32 activations
     if head is None:
         head = RowBlocks([made[f"{HEAD}.{i}"] for i in range(len(blocks))])
-    return kind(copied, head, max_length=max_length, cross_pool=cross_pool, warmup=warmup)
+    return kind(copied, head, max_length=max_length, cross_pool=cross_pool, warmup=warmup, cache_dtype=cache_dtype)
 
 
 HEAD = "head"  # the head's name among a decoder's linears (theirs are paths: "layers.0.fc1")

@@ -3,14 +3,16 @@ tokens. Nothing to train or ship; its cross-attention keys/values are the main d
 projected twice), averaged over pairs of frames: cross-attention over all 1500 frames is most of
 an int8 step's time, and pairs keep most of what the draft gets right.
 
-It drafts in the main decoder's own self-attention cache (`TargetCacheDraftModel`) wherever that
-cache has its layout and dtype (a float32 main decoder): every token the main decoder has verified
-is read with the main decoder's own keys and values, so the draft agrees more often, never
-catches up after a round, and reads a long-form window's whole previous-text prompt for nothing
-once the main decoder's first pass has read it (a prompt longer than `defaults.INT8_DRAFT_PROMPT`
-tokens waits for that pass; a shorter one, or a window's start sequence, it reads itself). Beside a
-bfloat16 main decoder it keeps a cache of its own and reads only the end of that prompt (as many
-tokens): reading all of it would be a pass over up to 223 tokens at every window's start."""
+It drafts in the main decoder's own self-attention cache (`TargetCacheDraftModel`): every token the
+main decoder has verified is read with the main decoder's own keys and values, so the draft agrees
+more often, never catches up after a round (nor after rounds another candidate of `auto` drafted),
+and reads a long-form window's whole previous-text prompt for nothing once the main decoder's first
+pass has read it (a prompt longer than `defaults.INT8_DRAFT_PROMPT` tokens waits for that pass; a
+shorter one, or a window's start sequence, it reads itself). Beside a bfloat16 main decoder its
+attention runs on bfloat16 over that cache (its products stay int8 on float32 activations). Where
+the caches cannot be shared (another layout) it keeps one of its own and reads only the end of that
+prompt (as many tokens): reading all of it would be a pass over up to 223 tokens at every window's
+start."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ def int8_self_drafter(runtime, vocab_size_kept: int | None = defaults.INT8_DRAFT
     ids = reduced_vocab(runtime, vocab_size_kept)
     kv = int8_decoder(runtime.model.model.decoder, runtime.model.proj_out.weight, ids, runtime.max_length,
                       cross_pool=defaults.INT8_DRAFT_POOL, kept_as=(getattr(runtime.model, "weights_file", None),
-                                                                    "int8-self-draft"), warmup=warmup)
+                                                                    "int8-self-draft"), warmup=warmup,
+                      cache_dtype=runtime.decoder.cache_dtype)
     if TargetCacheDraftModel.fits(kv, runtime.decoder):
         return ModelDrafter(TargetCacheDraftModel(kv, runtime.decoder, ids, head=kv.head,
                                                   reads_alone=defaults.INT8_DRAFT_PROMPT), runtime.vocab_size)
