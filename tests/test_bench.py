@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from whisperspec.bench.decoder import acceptance_needed, tokens_per_round
 
@@ -100,3 +101,24 @@ def test_counting_from_the_drafts_ranks_gives_the_rounds_the_loop_ran():
         ranks = draft_ranks(drafter, window, sequence, len(prefix), rules)
         assert result.stats.accepted > 0  # the count below is not one of plain steps only
         assert rounds_needed(ranks, chain(k)) == result.stats.rounds, k
+
+
+def test_bench_runs_drafts_with_a_lookahead_after_the_at_sign_and_without(tmp_path, capsys):
+    # `--drafts int8@3,ngram` as the README writes it: a lookahead parsed from the spec and one
+    # from --lookahead both reach the tables and the draft-tree count of a fixed-lookahead draft
+    from transformers import WhisperFeatureExtractor
+
+    from tiny_models import real_vocabulary, tiny_whisper
+    from whisperspec.resources import bench_clips
+    from whisperspec.bench.decoder import main
+
+    tokenizer, generation_config, _ = real_vocabulary("tiny.en")
+    tiny_whisper(6, dtype=torch.float32).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    generation_config.save_pretrained(tmp_path)
+    WhisperFeatureExtractor().save_pretrained(tmp_path)
+    assert main(["--model", str(tmp_path), "--compute-type", "float32", "--audio", str(bench_clips()[0]),
+                 "--drafts", "int8@2,early-exit:2@heuristic,ngram", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "## Draft trees" in out
+    assert "| int8 | 2 |" in out and "| early-exit:2 | heuristic |" in out and "| ngram | 3 |" in out

@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     for entry in entries:
         spec = entry.drafter
         built[spec] = built.get(spec) or make_drafter(spec, runtime)  # one drafter, several lookaheads
-        drafters[str(entry)], lookaheads[str(entry)] = built[spec], entry.lookahead or args.lookahead
+        # as text, whether written after @ or given by --lookahead: the tables print it, the
+        # tree count reads a fixed one as its depth
+        drafters[str(entry)], lookaheads[str(entry)] = built[spec], str(entry.lookahead or args.lookahead)
     phase = print_decode_phase(runtime, windows, options, drafters, lookaheads, args.repeats, args.target)
     print_draft_trees(runtime, windows, options, drafters, lookaheads, phase)
     if args.batch:
