@@ -117,6 +117,23 @@ def test_a_drafts_int8_product_in_blocks_of_rows_is_the_whole_product():
         assert torch.equal(blocks(x), whole(x)) and torch.equal(torch.jit.script(blocks)(x), whole(x))
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
+def test_draft_weights_stacked_in_one_product_give_each_ones_own_product():
+    """An int8 draft's queries, keys and values in one product (`stacked`: each row keeps its own
+    weight's scale) are bit for bit what their three products give, compiled as well."""
+    from whisperspec.kernels.int8_linear import quantise, stacked
+
+    generator = torch.Generator().manual_seed(3)
+    weights = [torch.randn(64, 64, generator=generator) * scale for scale in (0.2, 1.0, 3.0)]
+    biases = [torch.randn(64, generator=generator), torch.zeros(64), torch.randn(64, generator=generator)]
+    x = torch.randn(1, 3, 64, generator=generator)
+    apart = [Int8Linear(w, b, draft=True) for w, b in zip(weights, biases)]
+    one = Int8Linear(None, torch.cat(biases), draft=True, quantised=stacked([quantise(w, draft=True) for w in weights]))
+    with torch.inference_mode():
+        expected = torch.cat([linear(x) for linear in apart], dim=-1)
+        assert torch.equal(one(x), expected) and torch.equal(torch.jit.script(one)(x), expected)
+
+
 @needs_onednn
 @pytest.mark.parametrize("compute_type, encoder_error", [("int8", 0.05), pytest.param("bfloat16", 0.02, marks=needs_bfloat16)])
 def test_a_faster_compute_type_is_close_to_float32_and_encodes_each_window_alone(compute_type, encoder_error):

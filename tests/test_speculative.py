@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import replace
 
 import pytest
 import torch
+from torch import nn
 
 from tiny_models import random_mel, tiny_runtime, tiny_whisper
 from whisperspec.speculative.warmup import WarmUp
@@ -23,7 +25,7 @@ from whisperspec.whisper.drafters.draft_whisper import draft_whisper_drafter
 from whisperspec.whisper.drafters.trained import distilled_drafter
 from whisperspec.whisper.drafters.views import prompt_tail, without_prompt
 from whisperspec.whisper.decode import DecodeOptions, WindowDecoder
-from whisperspec.whisper.decoder_pass import DecoderLayer, DecoderStack, PackedDecoderLayer
+from whisperspec.whisper.decoder_pass import DecoderLayer, DecoderStack, PackedDecoderLayer, attention_mask
 from whisperspec.whisper.kv_decoder import KVDecoder, pool_frames
 from processors import BFLOAT16
 
@@ -450,6 +452,37 @@ def test_the_prefix_read_in_the_first_verify_pass_changes_nothing(name):
     # a pass over more tokens sums in another order: the same probability up to rounding
     assert merged.no_speech_prob == pytest.approx(no_speech, rel=1e-5)
     assert merged_passes == len(passes) - 1  # the prefix pass is gone
+
+
+def test_a_layer_with_its_queries_keys_and_values_in_one_product_computes_the_plain_layer():
+    """`FusedQKVDecoderLayer` (an int8 draft's layers: `int8_decoder` stacks the three weights)
+    gives the plain layer's output and writes the same keys and values into the cache."""
+    from whisperspec.whisper.decoder_pass import FusedQKVDecoderLayer
+
+    stock = tiny_whisper(0).model.decoder.layers[0]
+    fused = copy.deepcopy(stock)
+    attn = fused.self_attn
+    parts = [attn.q_proj, attn.k_proj, attn.v_proj]
+    attn.qkv_proj = nn.Linear(64, 192, dtype=torch.float64)
+    with torch.no_grad():
+        attn.qkv_proj.weight.copy_(torch.cat([p.weight for p in parts]))
+        attn.qkv_proj.bias.copy_(torch.cat([p.bias if p.bias is not None else torch.zeros(64, dtype=torch.float64)
+                                             for p in parts]))
+    attn.q_proj = attn.k_proj = attn.v_proj = None
+    assert FusedQKVDecoderLayer.fits(fused) and not FusedQKVDecoderLayer.fits(stock)
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 3, 64, generator=generator, dtype=torch.float64)
+    positions = torch.tensor([[5, 6, 7], [2, 3, 4]])
+    cross = [torch.randn(2, 4, 30, 16, generator=generator, dtype=torch.float64) for _ in range(2)]
+    outputs, caches = [], []
+    for layer in (DecoderLayer(stock, 4, 16, stock.self_attn.scaling), FusedQKVDecoderLayer(fused, 4, 16, attn.scaling)):
+        cache = [torch.zeros(2, 4, 10, 16, dtype=torch.float64) for _ in range(2)]
+        with torch.inference_mode():
+            outputs.append(layer(hidden, positions, attention_mask(positions), *cache, *cross))
+        caches.append(cache)
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-12, atol=1e-12)
+    for ours, theirs in zip(caches[1], caches[0]):
+        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
 
 
 def test_int8_draft_reuses_the_main_cross_attention_keys_and_values():

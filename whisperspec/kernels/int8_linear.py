@@ -38,7 +38,8 @@ class Int8Linear(nn.Module):
     call, not one per row) and its weight with one scale (quicker to pack than one scale per
     output channel, and `auto` builds a draft when it expects the build to pay).
     TorchScript-able, so a compiled draft pass (`whisperspec.whisper.decoder_pass`) can hold it.
-    `quantised`: `quantise(weight, draft)` made before (kept on disk): only packed, `weight` unread.
+    `quantised`: `quantise(weight, draft)` made before (kept on disk): only packed, `weight` unread;
+    or draft weights stacked (`stacked`), each row keeping its own weight's scale.
     """
 
     def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None = None, draft: bool = False,
@@ -55,7 +56,7 @@ class Int8Linear(nn.Module):
             # torch deprecates its quantised tensors in favour of torchao, whose CPU int8 products
             # are far slower (see whisperspec.whisper.drafters.draft_models.int8_decoder)
             warnings.filterwarnings("ignore", message=".*deprecated.*")
-            if draft:
+            if scales.dim() == 0:  # one scale for the whole weight (a draft's)
                 quantized = torch._make_per_tensor_quantized_tensor(values, float(scales), 0)
             else:
                 zero_points = torch.zeros_like(scales, dtype=torch.long)
@@ -94,6 +95,14 @@ class RowBlocks(nn.Module):
         for block in self.blocks:
             outputs.append(block(x))
         return torch.cat(outputs, dim=-1)
+
+
+def stacked(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Draft weights quantised apart (`quantise(w, draft=True)`) as one weight of their rows: the
+    same int8 values, each row with its own weight's scale, so one product gives each part's
+    output as its own product would (a draft's input is quantised once per call either way)."""
+    return {"values": torch.cat([part["values"] for part in parts]),
+            "scales": torch.cat([part["scales"].reshape(1).expand(len(part["values"])) for part in parts])}
 
 
 def made_in_parallel(makers: dict[str, Callable[[], nn.Module]]) -> dict[str, nn.Module]:

@@ -160,6 +160,31 @@ class DecoderLayer(nn.Module):
         return hidden + self.fc2(F.gelu(self.fc1(self.ffn_norm(hidden))))  # Whisper's exact GELU
 
 
+class FusedQKVDecoderLayer(DecoderLayer):
+    """`DecoderLayer` whose self-attention queries, keys and values come from one product,
+    `self_attn.qkv_proj` (an int8 draft's: `whisperspec.whisper.drafters.draft_models.int8_decoder`
+    makes it in place of the three): a draft step's products are one row each, where a call's
+    fixed cost is most of what it costs."""
+
+    def __init__(self, layer: nn.Module, n_heads: int, head_dim: int, scaling: float,
+                 products: RowBlock = ANY_ROWS, attention: RowBlock = ANY_ROWS):
+        super().__init__(layer, n_heads, head_dim, scaling, products, attention)
+        self.qkv, self.width = layer.self_attn.qkv_proj, n_heads * head_dim
+
+    @staticmethod
+    def fits(layer: nn.Module) -> bool:
+        return isinstance(getattr(layer.self_attn, "qkv_proj", None), nn.Module)
+
+    def attend_self(self, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        x = self.self_norm(hidden)
+        q, k, v = self.qkv(x).split(self.width, dim=-1)
+        self._write(k_cache, positions, self._heads(k))
+        self._write(v_cache, positions, self._heads(v))
+        q = self._heads(q * self.scaling)
+        return hidden + self.out(merge_heads(self._attend_cache(q, positions, mask, k_cache, v_cache)))
+
+
 # the linears whose products `PackedDecoderLayer` makes itself, fused, from their weights
 FUSED_AWAY = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "encoder_attn.q_proj")
 # and those whose packed weights it runs with GELU or a residual addition inside
@@ -179,9 +204,11 @@ def packed_decoder(decoder: nn.Module) -> nn.Module:
 def layer_pass(layer: nn.Module, n_heads: int, head_dim: int, scaling: float, products: RowBlock = ANY_ROWS,
                attention: RowBlock = ANY_ROWS, bfloat16: bool = False) -> DecoderLayer:
     """`Bfloat16DecoderLayer` where its work is to run on bfloat16 (`bfloat16`: its decoder's linears
-    `Bfloat16DecoderLayer.fits`), else the fused pass of a layer whose linears are packed
+    `Bfloat16DecoderLayer.fits`), else the one-product self-attention of an int8 draft's layer
+    (`FusedQKVDecoderLayer.fits`), else the fused pass of a layer whose linears are packed
     (`PackedDecoderLayer.fits`), else the plain one."""
     kind = (Bfloat16DecoderLayer if bfloat16 else
+            FusedQKVDecoderLayer if FusedQKVDecoderLayer.fits(layer) else
             PackedDecoderLayer if PackedDecoderLayer.fits(layer, scaling) else DecoderLayer)
     return kind(layer, n_heads, head_dim, scaling, products, attention)
 

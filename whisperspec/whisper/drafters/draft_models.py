@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from whisperspec.kept import kept_tensors
-from whisperspec.kernels.int8_linear import Int8Linear, RowBlocks, made_in_parallel, quantise
+from whisperspec.kernels.int8_linear import Int8Linear, RowBlocks, made_in_parallel, quantise, stacked
 from whisperspec.kernels.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import DraftModel
 from whisperspec.speculative.warmup import WarmUp
@@ -243,12 +243,30 @@ def int8_decoder(decoder: nn.Module, head_weight: torch.Tensor, vocab_ids: torch
         kept.setdefault(name, {})[part] = value
     makers = {name: functools.partial(Int8Linear, linear.weight, linear.bias, draft=True, quantised=kept.get(name))
               for name, linear in linears.items()}
+    # A layer's queries, keys and values in one product (`FusedQKVDecoderLayer`): a one-row int8
+    # product's fixed cost is most of it, and these three read the same input. Not where an
+    # adapter changes one of them (it adds to that product's output alone).
+    fused = {}
+    for index in range(len(decoder.layers)):
+        parts = [f"layers.{index}.self_attn.{p}_proj" for p in "qkv"]
+        if all(part in linears for part in parts):
+            fused[f"layers.{index}.self_attn.qkv_proj"] = parts
+            weights = [linears[part] for part in parts]
+            bias = torch.cat([w.bias if w.bias is not None else torch.zeros(w.out_features) for w in weights])
+            makers[f"layers.{index}.self_attn.qkv_proj"] = functools.partial(
+                Int8Linear, None, bias.detach(), draft=True,
+                quantised=stacked([kept.get(part) or quantise(linears[part].weight, draft=True) for part in parts]))
+            for part in parts:
+                del makers[part]
     blocks = []
     if head is None:  # most of the packing: in two blocks, packed at the same time as the rest
         blocks = RowBlocks.makers(kept.get(HEAD) or quantise(head_rows(), draft=True), 2)
         makers.update({f"{HEAD}.{i}": make for i, make in enumerate(blocks)})
     made = made_in_parallel(makers)
     for name in linears:
+        parent, _, attribute = name.rpartition(".")
+        setattr(copied.get_submodule(parent), attribute, made.get(name))  # None: fused away
+    for name in fused:
         parent, _, attribute = name.rpartition(".")
         setattr(copied.get_submodule(parent), attribute, made[name])
     copied.float()  # int8 kernels take float32 activations
