@@ -124,6 +124,7 @@ def test_integer_arrays_of_any_width_are_scaled_by_their_range(dtype):
     (["--temperature", "-1"], "temperature '-1'"),
     (["--temperature", "warm"], "temperature 'warm'"),
     (["--model", "tiny.en", "--task", "translate"], "English-only"),
+    (["--model", "tiny.en", "--language", "de"], "language 'de': model 'tiny.en' is English-only"),
     (["--model", "nonsense"], "model 'nonsense'"),
     (["--draft", "nonsense"], "unknown drafter 'nonsense'"),
     (["--draft", "auto", "--lookahead", "-1"], "unknown lookahead '-1'"),

@@ -154,6 +154,17 @@ def test_tiny_en_transcribes(tmp_path):
     assert score([REFERENCES["tt-weasels"]], [result.text], "en").wer <= 0.2, result.text
 
 
+def test_an_english_only_model_refuses_another_language_or_translation_by_name_before_reading_audio():
+    transcriber = Transcriber("tiny.en")
+    for overrides, message in (({"language": "de"}, "language 'de': model 'tiny.en' is English-only"),
+                               ({"task": "translate"}, "task 'translate'")):
+        with pytest.raises(ValueError, match=message):
+            transcriber.transcribe("no/such/file.wav", **overrides)
+    with pytest.raises(ValueError, match="English-only"):  # before anything loads
+        Transcriber("tiny.en", language="German")
+
+
+
 def test_cli_reports_bad_files_and_transcribes_the_rest(tmp_path, capsys):
     empty = tmp_path / "empty.wav"
     empty.write_bytes(b"")

@@ -123,7 +123,8 @@ class TranscriptionOptions:
         spec = parse_draft_spec(draft, lookahead)
         temperature = temperatures(temperature)
         decode = DecodeOptions(
-            task=check_task(task, model), language=language_code(language), timestamps=bool(timestamps), seed=seed,
+            task=check_task(task, model), language=check_language(language, model), timestamps=bool(timestamps),
+            seed=seed,
             sampling=one_of("sampling", sampling, SAMPLING),
             temperatures=DecodeOptions.temperatures if temperature is None else temperature,
             **thresholds(compression_ratio_threshold, logprob_threshold, no_speech_threshold),
@@ -236,10 +237,29 @@ def whole_number(option: str, value, minimum: int = 1) -> int:
 
 def check_task(task: str, model: str) -> str:
     one_of("task", task, TASKS)
-    if task == "translate" and str(model).endswith(".en"):
+    if str(model).endswith(".en"):
+        english_only_error(None, task, model)
+    return task
+
+
+def check_language(language: str | None, model: str) -> str | None:
+    """`language_code`, and only English for an English-only model (named *.en; one loaded from a
+    folder is checked once loaded: `english_only_error`)."""
+    code = language_code(language)
+    if str(model).endswith(".en"):
+        english_only_error(code, "transcribe", model)
+    return code
+
+
+def english_only_error(language: str | None, task: str, model: str) -> None:
+    """Refuses what an English-only model cannot do, naming the fix (openai-whisper's CLI instead
+    transcribes as English with a warning; asked for German, a transcript in English is a surprise)."""
+    if task == "translate":
         raise ValueError(f"task 'translate': model {model!r} is English-only (it cannot translate); "
                          "use a multilingual model such as base")
-    return task
+    if language not in (None, "en"):
+        raise ValueError(f"language {language!r}: model {model!r} is English-only; use a multilingual model "
+                         "such as base, or leave the language out")
 
 
 def check_model(model: str) -> str:

@@ -14,7 +14,7 @@ from whisperspec.audio import (DEFAULT_MAX_SECONDS, N_FRAMES, N_SAMPLES, SAMPLE_
                                load_audio, log_mel_spectrogram)
 from whisperspec import defaults, options
 from whisperspec.cpu import governor
-from whisperspec.options import TranscriptionOptions
+from whisperspec.options import TranscriptionOptions, english_only_error
 from whisperspec.models import load_whisper
 from whisperspec.result import Segment, Transcription, TranscriptionStats, VadStats
 from whisperspec.speculative.lookahead import make_lookahead
@@ -51,8 +51,8 @@ class Transcriber:
         except OSError as error:
             raise OSError(f"cannot load model {self.options.model!r}: {error}") from error
         self.runtime = WhisperRuntime.from_bundle(self.bundle, self.options.compute_type)
-        if self.options.decode.task == "translate" and not self.runtime.special.is_multilingual:
-            raise ValueError(f"task 'translate': model {self.options.model!r} is English-only (it cannot translate)")
+        if not self.runtime.special.is_multilingual:
+            english_only_error(self.options.decode.language, self.options.decode.task, self.options.model)
         self.drafter = make_drafter(self.options.draft, self.runtime, online_learning=self.options.online_learning)
         self.load_seconds = time.perf_counter() - started
 
@@ -110,6 +110,8 @@ class Transcriber:
         if "language" in overrides:
             overrides["language"] = options.language_code(overrides["language"])
         decode_options = replace(self.options.decode, **overrides)
+        if not self.runtime.special.is_multilingual:  # before reading the audio: the fix is the caller's
+            english_only_error(decode_options.language, decode_options.task, self.options.model)
         stats = TranscriptionStats(compute_type=self.runtime.compute_type,
                                    decoder_compute_type=self.runtime.decoder_compute_type,
                                    load_ms=self.load_seconds * 1e3, beam_size=decode_options.beam_size)
