@@ -66,3 +66,19 @@ def test_a_real_run_against_faster_whisper(tmp_path, capsys):
     assert summary["faster-whisper:int8"]["wer"] < 1.0
     assert summary["whisperspec:ngram:4"]["differs_from_greedy"] == 0
     assert "faster-whisper:int8" in capsys.readouterr().out
+
+
+def test_an_assistant_with_another_tokenizer_for_transformers_is_one_line_and_leaves_no_worker(tmp_path, capsys,
+                                                                                             monkeypatch):
+    # transformers' assisted generation cannot run tiny.en (another tokenizer) for base: said
+    # before anything runs, and the faster-whisper worker already started is stopped
+    from whisperspec.evaluation import systems
+
+    closed, close = [], systems.FasterWhisperSystem.close
+    monkeypatch.setattr(systems.FasterWhisperSystem, "close", lambda self: closed.append(self.name) or close(self))
+    status = main(["--dataset", str(MANIFEST), "--limit", "1", "--model", "base", "--out", str(tmp_path),
+                   "--systems", "faster-whisper:int8", "transformers:assistant=tiny.en", "--quiet"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 2 and error.startswith("whisperspec evaluate: --systems: transformers:assistant=tiny.en")
+    assert "another tokenizer" in error and closed == ["faster-whisper:int8"]
+    assert not (tmp_path / "results.json").exists()

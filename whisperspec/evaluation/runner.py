@@ -73,9 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:  # an unknown name, a package not installed
         print(f"whisperspec evaluate: --dataset: {error}", file=sys.stderr)
         return 2
-    systems = {spec: build_system(spec, args.model) for spec in args.systems}
+    systems = {}
     try:
+        for spec in args.systems:
+            systems[spec] = build_system(spec, args.model)
         outputs = evaluate(utterances, systems, args.repeats, progress=not args.quiet)
+    except ValueError as error:  # a combination that loads but cannot run (an assistant's tokenizer)
+        if len(systems) == len(args.systems):
+            raise
+        print(f"whisperspec evaluate: --systems: {error}", file=sys.stderr)
+        return 2
     finally:
         for system in systems.values():
             if isinstance(system, FasterWhisperSystem):

@@ -78,8 +78,15 @@ class TransformersSystem:
         self.model, self.tokenizer, self.features = bundle.model, bundle.tokenizer, bundle.feature_extractor
         self.options = {}
         if assistant:
+            helper = load_whisper(assistant, transformers=True)
+            if len(helper.tokenizer) != len(self.tokenizer):
+                # transformers' universal assisted decoding (tokenizer= and assistant_tokenizer=) runs
+                # decoder-only assistants: with a Whisper one its generate() fails on an empty cache
+                raise ValueError(f"{name}: the assistant {assistant!r} has another tokenizer than {model!r}, and "
+                                 "transformers' assisted generation runs a Whisper assistant only with the same one; "
+                                 f"whisperspec:{assistant} drafts across tokenizers")
             # transformers reads draft options from the assistant's generation_config, not from generate()
-            self.options["assistant_model"] = load_whisper(assistant, transformers=True).model
+            self.options["assistant_model"] = helper.model
         if prompt_lookup:
             self.options["prompt_lookup_num_tokens"] = prompt_lookup
 
