@@ -368,3 +368,16 @@ def test_the_shipped_draft_for_a_language_is_the_one_that_agrees_most_in_it(labe
     assert draft_file.shipped_draft(runtime.model, "ru").name == "b-multilingual.safetensors"
     assert draft_file.shipped_draft(runtime.model, "ja") is None  # no shipped draft was trained for it
     assert draft_file.shipped_draft(tiny_runtime(6, dtype=torch.float32).model) is None  # none for another model
+
+
+def test_a_missing_text_source_is_one_line_naming_the_package_and_writes_no_draft(tmp_path, monkeypatch, capsys):
+    from whisperspec.distill import corpus
+    from whisperspec.distill.cli import main
+
+    monkeypatch.setattr(corpus.fortunes_texts, "__defaults__", (tmp_path / "no-fortunes",))
+    out = tmp_path / "draft.safetensors"
+    assert main(["--model", "tiny.en", "--out", str(out), "--windows", "2", "--val-windows", "1", "--epochs", "1",
+                 "--data-dir", str(tmp_path / "shards")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and error.startswith("whisperspec distill: ") and "`fortunes` package" in error
+    assert not out.exists()

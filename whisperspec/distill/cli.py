@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -78,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
             check_trainable(source)
         except ValueError as error:
             parser.error(f"--audio: {error}")
-    report = distill(args)
+    try:
+        report = distill(args)
+    except FileNotFoundError as error:  # a Debian package it speaks or reads from, missing: the fix is in the message
+        print(f"whisperspec distill: {error}", file=sys.stderr)
+        return 1
     print(json.dumps(report, indent=2))
     return 0
 
