@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,23 @@ def test_import_ct2_command(tmp_path):
     assert {p.name for p in (tmp_path / "out").iterdir()} >= {
         "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "preprocessor_config.json"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging dir left
+
+
+def test_import_ct2_of_a_folder_that_is_not_a_checkpoint_or_is_truncated_is_one_line(tmp_path, capsys):
+    from whisperspec.cli import main
+
+    assert main(["import-ct2", str(tmp_path), str(tmp_path / "out")]) == 2
+    assert "not a faster-whisper (CTranslate2) Whisper folder (no model.bin" in capsys.readouterr().err
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    source = ct2_model_dir("tiny.en")
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(source / name, truncated / name)
+    (truncated / "model.bin").write_bytes((source / "model.bin").read_bytes()[:5000])
+    assert main(["import-ct2", str(truncated), str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"whisperspec import-ct2: {truncated}: cannot convert") and "\n" not in error
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_tokenizer_loader_rejects_an_inconsistent_vocabulary(tmp_path):

@@ -269,7 +269,16 @@ def _add_import_ct2(commands) -> None:
 def _run_import_ct2(args) -> int:
     from whisperspec.models import convert_ct2_to_transformers
 
-    out = convert_ct2_to_transformers(args.src, args.out)
+    missing = [name for name in ("model.bin", "config.json", "tokenizer.json") if not (args.src / name).is_file()]
+    if missing:
+        print(f"whisperspec import-ct2: {args.src}: not a faster-whisper (CTranslate2) Whisper folder "
+              f"(no {', '.join(missing)})", file=sys.stderr)
+        return 2
+    try:  # written to a temporary folder and renamed: a failure leaves no half-written output
+        out = convert_ct2_to_transformers(args.src, args.out)
+    except (OSError, ValueError, KeyError) as error:  # truncated or foreign files
+        print(f"whisperspec import-ct2: {args.src}: cannot convert ({type(error).__name__}: {error})", file=sys.stderr)
+        return 1
     print(json.dumps({"converted": str(args.src), "to": str(out)}))
     return 0
 
