@@ -102,7 +102,7 @@ def stacked(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     same int8 values, each row with its own weight's scale, so one product gives each part's
     output as its own product would (a draft's input is quantised once per call either way)."""
     return {"values": torch.cat([part["values"] for part in parts]),
-            "scales": torch.cat([part["scales"].reshape(1).expand(len(part["values"])) for part in parts])}
+            "scales": torch.cat([part["scales"].reshape(-1).expand(len(part["values"])) for part in parts])}
 
 
 def made_in_parallel(makers: dict[str, Callable[[], nn.Module]]) -> dict[str, nn.Module]:
