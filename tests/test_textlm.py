@@ -4,6 +4,7 @@ real SmolLM2 and Gemma-3-270M)."""
 from __future__ import annotations
 
 import functools
+import inspect
 
 import pytest
 import torch
@@ -184,6 +185,36 @@ def test_cli_streams_one_prompt_and_batches_several(monkeypatch, capsys):
     assert cli.main([*texts, "--max-new-tokens", "8", "--draft", "ngram", "--stats"]) == 0
     captured = capsys.readouterr()
     assert captured.out.split("\n")[1::2][:2] == alone and "tokens/s" in captured.err
+
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--model", "no-such-model"], "--model no-such-model: no such model: use smollm2"),
+    (["--model", "someone/not-cached"], "--model someone/not-cached: someone/not-cached is not in the local"),
+    (["--max-new-tokens", "0"], "--max-new-tokens: '0': a whole number >= 1"),
+])
+def test_cli_refuses_what_it_cannot_run_in_one_line(arguments, message, monkeypatch, capsys):
+    # a hub id that is not cached: told at once, without transformers' retries against the hub
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    from whisperspec.textlm import cli
+
+    try:
+        status = cli.main(["Hello", *arguments])
+    except SystemExit as exit:  # argparse's own
+        status = exit.code
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 2 and message in error, error
+
+
+def test_generation_passes_the_cache_as_the_installed_transformers_names_it():
+    # transformers 5 renamed `past_key_values` to `cache`, and warns at every call by the old name
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values.*")
+        for draft in ("ngram", "early-exit:1"):
+            generate(tiny_llama(0), IdTokenizer(), prompt(0), max_new_tokens=4, draft=draft)
 
 
 class CharTokenizer(IdTokenizer):

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookahead", default=None,
                         help=f"the same as DRAFT@LOOKAHEAD: K (default {defaults.TEXT_LM_LOOKAHEAD}), "
                              "heuristic[:K], confidence[:T] or cost")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=_at_least_one, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--sampling", choices=SAMPLING, default="residual",
                         help="at temperature > 0: residual (Leviathan et al.) or coupled (the same text with or "
@@ -36,18 +36,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"whisperspec generate: --draft: {error}", file=sys.stderr)
         return 2
 
-    model, tokenizer = load_causal_lm(args.model)
+    try:
+        model, tokenizer = load_causal_lm(args.model)
+    except OSError as error:  # not installed, not a model, not in the cache and no network
+        print(f"whisperspec generate: --model {args.model}: {error}", file=sys.stderr)
+        return 2
     options = dict(draft=draft, max_new_tokens=args.max_new_tokens,
                    temperature=args.temperature, sampling=args.sampling, chat=args.chat)
     started = time.perf_counter()
-    if len(args.prompt) == 1:
-        outs = [generate(model, tokenizer, args.prompt[0], on_text=lambda text: print(text, end="", flush=True),
-                         **options)]
-        print()
-    else:
-        outs = generate_batch(model, tokenizer, args.prompt, **options)
-        for prompt, out in zip(args.prompt, outs):
-            print(f"--- {prompt}\n{out.text}")
+    try:  # a draft model loads at the first generation
+        if len(args.prompt) == 1:
+            outs = [generate(model, tokenizer, args.prompt[0], on_text=lambda text: print(text, end="", flush=True),
+                             **options)]
+            print()
+        else:
+            outs = generate_batch(model, tokenizer, args.prompt, **options)
+            for prompt, out in zip(args.prompt, outs):
+                print(f"--- {prompt}\n{out.text}")
+    except OSError as error:
+        print(f"whisperspec generate: --draft {args.draft}: {error}", file=sys.stderr)
+        return 2
     if args.stats:
         seconds = time.perf_counter() - started
         for out in outs:
@@ -56,3 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(len(out.tokens) for out in outs)
         print(f"{total} tokens in {seconds:.2f} s ({total / seconds:.1f} tokens/s)", file=sys.stderr)
     return 0
+
+
+def _at_least_one(text: str) -> int:
+    number = int(text) if text.strip().lstrip("-").isdigit() else 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number >= 1")
+    return number

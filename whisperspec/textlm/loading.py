@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 
 from whisperspec.cache import cache_dir, load_converted
+from whisperspec.models.loading import hub_snapshot
+from whisperspec.spec import HUB_ID
 
 # name -> (package module, GGUF file inside it or None when the package assembles it, install line)
 PACKAGED = {
@@ -89,8 +91,12 @@ def _load(name_or_path: str, dtype: torch.dtype) -> tuple:
         model, tokenizer = load_converted(cache_dir() / "textlm" / f"{name_or_path}-v{CONVERSION_VERSION}",
                                           lambda: convert_packaged(name_or_path),
                                           lambda folder: _from_pretrained(folder, dtype))
-    else:  # a transformers folder or a hub id
-        model, tokenizer = _from_pretrained(name_or_path, dtype)
+    elif Path(name_or_path).expanduser().exists():  # a transformers folder
+        model, tokenizer = _from_pretrained(Path(name_or_path).expanduser(), dtype)
+    elif HUB_ID.match(name_or_path):  # from the local cache, or downloaded where the hub answers at once
+        model, tokenizer = _from_pretrained(hub_snapshot(name_or_path), dtype)
+    else:
+        raise OSError(f"no such model: use {', '.join(PACKAGED)}, a transformers folder or an owner/name hub id")
     return model.to(dtype).eval(), tokenizer
 
 

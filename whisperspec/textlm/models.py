@@ -13,11 +13,24 @@ the same maths as transformers' own window cache, and any rejected draft token c
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 
 import torch
 from torch import nn
 
 from whisperspec.speculative.drafters.model import DraftModel, _common_prefix
+
+
+@functools.cache
+def _cache_keyword(kind: type) -> str:
+    return "cache" if "cache" in inspect.signature(kind.forward).parameters else "past_key_values"
+
+
+def cache_argument(module: nn.Module, cache) -> dict:
+    """The keyword a transformers model takes its key/value cache by: `cache` since transformers 5.x
+    renamed it (which warns at the old name), `past_key_values` before."""
+    return {_cache_keyword(type(module)): cache}
 
 
 class CausalLM(DraftModel):
@@ -64,11 +77,11 @@ class CausalLM(DraftModel):
         self.positions = torch.cat([self.positions, positions], 1)
         self.live = torch.cat([self.live, live], 1)
         if bool(self.live.all()):
-            out = self.model(input_ids=tokens, past_key_values=self.cache, use_cache=True)
+            out = self.model(input_ids=tokens, **cache_argument(self.model, self.cache), use_cache=True)
         else:
             masks = attention_masks(self.model.config, positions, self.positions, self.live)
             out = self.model(input_ids=tokens, position_ids=positions, attention_mask=masks,
-                             past_key_values=self.cache, use_cache=True)
+                             **cache_argument(self.model, self.cache), use_cache=True)
         for row, new, keep in zip(self.rows, tokens.tolist(), live.tolist()):
             row += [t for t, k in zip(new, keep) if k]
         return out.logits
@@ -144,7 +157,7 @@ class LayerSkipLM:
         keys = torch.arange(begin + n)[None]
         masks = attention_masks(self.model.config, positions, keys, torch.ones_like(keys, dtype=torch.bool))
         out = self.upper(inputs_embeds=self.pending[:, :n], position_ids=positions, attention_mask=masks,
-                         past_key_values=self.cache, use_cache=True)
+                         **cache_argument(self.upper, self.cache), use_cache=True)
         self.tokens += new
         self.pending = self.pending[:, n:]
         return out.logits
@@ -156,7 +169,7 @@ class LayerSkipLM:
         keys = torch.arange(begin + n)[None]
         masks = attention_masks(self.model.config, positions, keys, torch.ones_like(keys, dtype=torch.bool))
         hidden = self.lower(input_ids=tokens, position_ids=positions, attention_mask=masks,
-                            past_key_values=self.cache, use_cache=True).last_hidden_state
+                            **cache_argument(self.lower, self.cache), use_cache=True).last_hidden_state
         self.lower_tokens += tokens[0].tolist()
         self.pending = torch.cat([self.pending.to(hidden.dtype), hidden], 1)
         return hidden
