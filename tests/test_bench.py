@@ -122,3 +122,31 @@ def test_bench_runs_drafts_with_a_lookahead_after_the_at_sign_and_without(tmp_pa
     out = capsys.readouterr().out
     assert "## Draft trees" in out
     assert "| int8 | 2 |" in out and "| early-exit:2 | heuristic |" in out and "| ngram | 3 |" in out
+
+
+@pytest.mark.parametrize("command, arguments, message", [
+    ("longform", ["--data", "no-such-set"], "--data: unknown data set 'no-such-set'"),
+    ("longform", ["--data", "codec2-en", "--drafts", "none,bogus"], "--drafts: unknown drafter 'bogus'"),
+    ("corpus", ["--data", "no-such-set"], "--data: unknown data set 'no-such-set'"),
+    ("corpus", ["--data", "codec2-en", "--draft", "bogus"], "--draft: unknown drafter 'bogus'"),
+])
+def test_the_benches_refuse_a_data_set_or_draft_they_cannot_run_before_anything_loads(command, arguments, message,
+                                                                                      monkeypatch, capsys):
+    import importlib
+
+    monkeypatch.setattr("whisperspec.transcribe.load_whisper",
+                        lambda *a, **k: pytest.fail("a model was loaded for an option that does not parse"))
+    with pytest.raises(SystemExit) as exit:
+        importlib.import_module(f"whisperspec.bench.{command}").main(arguments)
+    assert exit.value.code == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_bench_names_an_audio_file_it_cannot_read(tmp_path, capsys):
+    from whisperspec.bench.decoder import main
+
+    bad = tmp_path / "notes.wav"
+    bad.write_text("not audio")
+    assert main(["--model", "tiny.en", "--audio", str(bad), "--drafts", "none", "--repeats", "1"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"whisperspec bench: --audio: {bad}: cannot be decoded as audio")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from whisperspec.audio import N_FRAMES, N_SAMPLES, load_audio, log_mel_spectrogram
+from whisperspec.audio import N_FRAMES, N_SAMPLES, AudioError, load_audio, log_mel_spectrogram
 from whisperspec.resources import bench_clips
 from whisperspec import defaults
 from whisperspec.spec import SpecError, parse_lookahead
@@ -87,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.decoder_compute_type and args.decoder_compute_type != runtime.decoder_compute_type:
         runtime = WhisperRuntime.from_bundle(transcriber.bundle, runtime.compute_type, args.decoder_compute_type)
     paths = args.audio or bench_clips()
-    mels = [log_mel_spectrogram(load_audio(p), runtime.n_mels, padding=N_SAMPLES)[None, :, :N_FRAMES] for p in paths]
+    try:
+        mels = [log_mel_spectrogram(load_audio(p), runtime.n_mels, padding=N_SAMPLES)[None, :, :N_FRAMES]
+                for p in paths]
+    except AudioError as error:  # it names the file
+        print(f"whisperspec bench: --audio: {error}", file=sys.stderr)
+        return 2
     windows = [runtime.encode(m) for m in mels]
     options = DecodeOptions(language=args.language, temperatures=(0.0,))
     print(f"# whisperspec bench: model {args.model}, compute type {runtime.compute_type} (decoder "

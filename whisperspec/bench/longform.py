@@ -39,8 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     from whisperspec.evaluation.datasets import load_dataset
     from whisperspec.transcribe import Transcriber
 
-    files = [u.audio for u in load_dataset(args.data, limit=args.limit)]
+    from whisperspec.options import parse_draft_spec
+    from whisperspec.spec import SpecError
+
     drafts = args.drafts.split(",")
+    try:  # every option checked before anything loads
+        for draft in drafts:
+            parse_draft_spec(draft)
+        files = [u.audio for u in load_dataset(args.data, limit=args.limit)]
+    except SpecError as error:
+        parser.error(f"--drafts: {error}")
+    except (ValueError, FileNotFoundError) as error:  # an unknown name, a package not installed
+        parser.error(f"--data: {error}")
     transcribers = {d: Transcriber(model=args.model, draft=d, compute_type=args.compute_type, language=args.language)
                     for d in drafts}
     for transcriber in transcribers.values():

@@ -67,7 +67,7 @@ def run_corpus(sources: list[Source], engine: Engine, *, output_dir: Path | None
             elif on_result:
                 on_result(result)
     except EngineError as error:
-        print(f"whisperspec: {error}", file=sys.stderr)
+        bar.bar.write(f"whisperspec: {error}", file=sys.stderr)  # on a line of its own, not after the bar
         return 1
     finally:
         bar.close()
