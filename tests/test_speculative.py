@@ -312,6 +312,9 @@ def test_the_int8_self_draft_in_the_main_decoders_cache_gives_plain_greedys_toke
     assert min(map(len, singles)) > 5
     drafter = make_drafter("int8", runtime)
     assert isinstance(drafter.model, TargetCacheDraftModel)
+    # all 1500 frames beside bfloat16, where its attention reads half the bytes; pairs beside float32
+    assert drafter.model.decoder.cross_pool == (defaults.INT8_DRAFT_POOL_BFLOAT16 if decoder == "bfloat16"
+                                                else defaults.INT8_DRAFT_POOL)
     batch = runtime.encode(mel)
     accepted = 0
     for lookahead in ("1", "3", "8", "heuristic", "confidence"):

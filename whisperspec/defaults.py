@@ -27,9 +27,13 @@ COST_MAX_LOOKAHEAD, COST_INITIAL = 10, 4
 # Drafters.
 NGRAM_MAX = 3  # longest n-gram prompt lookup matches
 INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
-# the int8 self-draft reads the encoder frames averaged in pairs: its step reads half the keys and
-# values; 3 or more cost more acceptance than they save (docs/BENCHMARKS-HISTORY.md, session 27)
+# the int8 self-draft reads the encoder frames averaged in pairs beside a float32 main decoder: its
+# step reads half the keys and values; 3 or more cost more acceptance than they save
+# (docs/BENCHMARKS-HISTORY.md, session 27). Beside a bfloat16 one its attention runs on bfloat16
+# over half the bytes, and all 1500 frames cost little more than pairs while the draft is right
+# more often (session 49)
 INT8_DRAFT_POOL = 2
+INT8_DRAFT_POOL_BFLOAT16 = 1
 # ... and reads by itself at most 32 tokens of a window's previous-text prompt, not up to 223: the
 # whole prompt is a long int8 pass at every window's start for a few points of acceptance
 # (docs/BENCHMARKS-HISTORY.md, session 42). In a cache of its own (where it cannot share the main

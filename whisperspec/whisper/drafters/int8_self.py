@@ -1,7 +1,9 @@
 """The int8 self-draft: the main decoder itself with int8 weights, its head scoring the most frequent
 tokens. Nothing to train or ship; its cross-attention keys/values are the main decoder's (not
-projected twice), averaged over pairs of frames: cross-attention over all 1500 frames is most of
-an int8 step's time, and pairs keep most of what the draft gets right.
+projected twice). Beside a float32 main decoder they are averaged over pairs of frames: attention
+over all 1500 frames in float32 is most of an int8 step's time, and pairs keep most of what the
+draft gets right. Beside a bfloat16 one it reads all 1500: half the bytes make them cheap, and
+far-field speech loses detail in pairs (`defaults.INT8_DRAFT_POOL_BFLOAT16`).
 
 It drafts in the main decoder's own self-attention cache (`TargetCacheDraftModel`): every token the
 main decoder has verified is read with the main decoder's own keys and values, so the draft agrees
@@ -16,6 +18,8 @@ start."""
 
 from __future__ import annotations
 
+import torch
+
 from whisperspec import defaults
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.warmup import WarmUp
@@ -28,8 +32,9 @@ def int8_self_drafter(runtime, vocab_size_kept: int | None = defaults.INT8_DRAFT
                       warmup: WarmUp | None = None) -> ModelDrafter:
     """`warmup`: when its decoder compiles (`whisperspec.speculative.warmup`; None: its own)."""
     ids = reduced_vocab(runtime, vocab_size_kept)
+    pool = defaults.INT8_DRAFT_POOL_BFLOAT16 if runtime.decoder.cache_dtype == torch.bfloat16 else defaults.INT8_DRAFT_POOL
     kv = int8_decoder(runtime.model.model.decoder, runtime.model.proj_out.weight, ids, runtime.max_length,
-                      cross_pool=defaults.INT8_DRAFT_POOL, kept_as=(getattr(runtime.model, "weights_file", None),
+                      cross_pool=pool, kept_as=(getattr(runtime.model, "weights_file", None),
                                                                     "int8-self-draft"), warmup=warmup,
                       cache_dtype=runtime.decoder.cache_dtype)
     if TargetCacheDraftModel.fits(kv, runtime.decoder):
