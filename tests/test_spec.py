@@ -133,8 +133,9 @@ def test_every_entry_point_refuses_a_bad_spec_before_loading(argv, monkeypatch, 
 
     monkeypatch.setattr(models, "load_whisper", no_load)
     monkeypatch.setattr("whisperspec.transcribe.load_whisper", no_load)
-    monkeypatch.setattr("whisperspec.textlm.loading.load_causal_lm", no_load)
+    # the command's module first: imported under a patched loader, it would keep the patch for good
     monkeypatch.setattr("whisperspec.textlm.cli.load_causal_lm", no_load)
+    monkeypatch.setattr("whisperspec.textlm.loading.load_causal_lm", no_load)
     assert cli.main(argv) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and error.startswith("whisperspec")
