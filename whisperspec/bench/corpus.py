@@ -64,17 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     if set(loads) - set(LOADS) or "quiet" not in loads:
         parser.error(f"--load: of {', '.join(LOADS)}, quiet included")
 
-    from whisperspec.evaluation.datasets import load_dataset
-    from whisperspec.options import parse_draft_spec
-    from whisperspec.spec import SpecError
+    from whisperspec.bench import checked_data
 
-    try:  # every option checked before anything runs
-        parse_draft_spec(args.draft)
-        utterances = load_dataset(args.data, args.limit)
-    except SpecError as error:
-        parser.error(f"--draft: {error}")
-    except (ValueError, FileNotFoundError) as error:  # an unknown name, a package not installed
-        parser.error(f"--data: {error}")
+    utterances = checked_data(parser, args.data, args.limit, [args.draft], "--draft")
     with tempfile.TemporaryDirectory(prefix="whisperspec-bench-corpus-") as scratch:
         work = args.workdir or Path(scratch)
         corpus = work / "corpus"

@@ -35,22 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
 
+    from whisperspec.bench import checked_data
     from whisperspec.bench.decoder import host_description
-    from whisperspec.evaluation.datasets import load_dataset
     from whisperspec.transcribe import Transcriber
 
-    from whisperspec.options import parse_draft_spec
-    from whisperspec.spec import SpecError
-
     drafts = args.drafts.split(",")
-    try:  # every option checked before anything loads
-        for draft in drafts:
-            parse_draft_spec(draft)
-        files = [u.audio for u in load_dataset(args.data, limit=args.limit)]
-    except SpecError as error:
-        parser.error(f"--drafts: {error}")
-    except (ValueError, FileNotFoundError) as error:  # an unknown name, a package not installed
-        parser.error(f"--data: {error}")
+    files = [u.audio for u in checked_data(parser, args.data, args.limit, drafts, "--drafts")]
     transcribers = {d: Transcriber(model=args.model, draft=d, compute_type=args.compute_type, language=args.language)
                     for d in drafts}
     for transcriber in transcribers.values():
