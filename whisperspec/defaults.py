@@ -26,7 +26,9 @@ COST_MAX_LOOKAHEAD, COST_INITIAL = 10, 4
 
 # Drafters.
 NGRAM_MAX = 3  # longest n-gram prompt lookup matches
-INT8_DRAFT_HEAD = 16384  # text tokens the int8 self-draft's head scores (plus every special token)
+# the lowest text ids the int8 self-draft's head scores (plus every special token and, on a
+# multilingual model, the window language's most frequent tokens: `whisperspec.whisper.drafters.language_vocab`)
+INT8_DRAFT_HEAD = 16384
 # the int8 self-draft reads the encoder frames averaged in pairs beside a float32 main decoder: its
 # step reads half the keys and values; 3 or more cost more acceptance than they save
 # (docs/BENCHMARKS-HISTORY.md, session 27). Beside a bfloat16 one its attention runs on bfloat16

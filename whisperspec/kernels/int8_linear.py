@@ -90,6 +90,12 @@ class RowBlocks(nn.Module):
         return [functools.partial(Int8Linear, None, draft=True, quantised={"values": values, "scales": scales})
                 for values in quantised["values"].chunk(count)]
 
+    @classmethod
+    def packed(cls, quantised: dict[str, torch.Tensor], count: int) -> "RowBlocks":
+        """`count` blocks of a draft weight's `quantise(weight, draft=True)`, packed now, at the same time."""
+        made = made_in_parallel({str(i): make for i, make in enumerate(cls.makers(quantised, count))})
+        return cls([made[str(i)] for i in range(count)])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         outputs: List[torch.Tensor] = []
         for block in self.blocks:

@@ -59,6 +59,10 @@ class DraftModel(ABC):
     def start_window(self, window) -> None:
         """New conditioning input for every row (Whisper: a window's encoder output)."""
 
+    def see_rows(self, rows: list[list[int]]) -> None:
+        """The sequences a round is about to draft from, one per row (a head that scores what they
+        need: Whisper's int8 self-draft scores their language's frequent tokens)."""
+
 
 class ModelDrafter(Drafter):
     """`view`: the part of a sequence the draft model reads (default: all of it), e.g. a shorter
@@ -85,6 +89,7 @@ class ModelDrafter(Drafter):
     def propose_batch(self, rows: list[list[int]], k: int, contexts: list[DraftContext]) -> list[Proposal]:
         if not self.can_draft(rows):
             return [Proposal([]) for _ in rows]
+        self.model.see_rows(rows)
         feed, ends = self._sync(rows)
         drafted, probs = [[] for _ in rows], [[] for _ in rows]
         drafting = [True] * len(rows)

@@ -5,8 +5,9 @@
                       (`auto_drafter` below)
     trained           the draft `whisperspec distill` trained for this model, shipped in
                       whisperspec/assets (`trained`)
-    int8[:V]          the main decoder with int8 weights, its head scoring V tokens, drafting in
-                      the main decoder's own cache (`int8_self`)
+    int8[:V]          the main decoder with int8 weights, its head scoring the V lowest text ids
+                      (and on a multilingual model the window language's most frequent tokens),
+                      drafting in the main decoder's own cache (`int8_self`)
     early-exit[:E]    the main decoder's first E layers (default: all but the last) (`early_exit`)
     ngram[:N]         prompt lookup over the prompt / previous text, n-grams up to N
     FILE.safetensors  a draft trained by `whisperspec distill` for this main model (`trained`; one

@@ -16,6 +16,7 @@ import copy
 import functools
 import hashlib
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -26,6 +27,7 @@ from whisperspec.kernels.packed_linear import PackedLinear
 from whisperspec.speculative.drafters.model import DraftModel
 from whisperspec.speculative.warmup import WarmUp
 from whisperspec.whisper.drafters.adapters import adapter_parameters
+from whisperspec.whisper.drafters.language_vocab import TEXT_TOKENS, head_tokens
 from whisperspec.whisper.encoder import Encoder
 from whisperspec.whisper.kv_decoder import KVDecoder
 from whisperspec.whisper.model import EncodedWindow
@@ -35,7 +37,23 @@ from whisperspec.whisper.model import EncodedWindow
 # (docs/BENCHMARKS-HISTORY.md).
 
 
-class WindowDraftModel(DraftModel):
+class HeadedDraftModel(DraftModel):
+    """A draft model that scores its decoder's output with `head` over `vocab_ids`; with `heads`
+    (`LanguageHeads`), with the head of the language of each round's rows (`see_rows`)."""
+
+    decoder: KVDecoder
+    head: nn.Module | None = None
+    heads: LanguageHeads | None = None
+
+    def see_rows(self, rows: list[list[int]]) -> None:
+        if self.heads is not None:
+            self.head, self.vocab_ids = self.heads.select(rows)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.decoder.forward(tokens, head=self.head)
+
+
+class WindowDraftModel(HeadedDraftModel):
     """A KV decoder drafting with a cache of its own.
 
     encoder: a draft with its own encoder runs it on each window's mel (None: it reads the main
@@ -47,8 +65,8 @@ class WindowDraftModel(DraftModel):
 
     def __init__(self, decoder: KVDecoder, vocab_ids: torch.Tensor | None = None, *, head: nn.Module | None = None,
                  encoder: Encoder | None = None, cross_source: KVDecoder | None = None,
-                 cross_layers: list[int] | None = None):
-        self.decoder, self.vocab_ids, self.encoder = decoder, vocab_ids, encoder
+                 cross_layers: list[int] | None = None, heads: LanguageHeads | None = None):
+        self.decoder, self.vocab_ids, self.encoder, self.heads = decoder, vocab_ids, encoder, heads
         self.cross_source, self.cross_layers = cross_source, cross_layers
         self.head = reduced_head(decoder.head, vocab_ids) if head is None and vocab_ids is not None else head
 
@@ -66,11 +84,8 @@ class WindowDraftModel(DraftModel):
     def reorder(self, rows: torch.Tensor) -> None:
         self.decoder.reorder(rows)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.decoder.forward(tokens, head=self.head)
 
-
-class TargetCacheDraftModel(DraftModel):
+class TargetCacheDraftModel(HeadedDraftModel):
     """A copy of the main decoder (its int8 self-draft) drafting in the main decoder's own
     self-attention cache, as QSpec (Zhao et al. 2024) shares one between a model's low- and
     high-precision passes.
@@ -89,10 +104,11 @@ class TargetCacheDraftModel(DraftModel):
     in_target_cache = True
 
     def __init__(self, decoder: KVDecoder, main: KVDecoder, vocab_ids: torch.Tensor | None = None, *,
-                 head: nn.Module | None = None, reads_alone: int = 0):
+                 head: nn.Module | None = None, reads_alone: int = 0, heads: LanguageHeads | None = None):
         if not self.fits(decoder, main):
             raise ValueError("a draft shares the main decoder's cache only with its layout and dtype")
         self.decoder, self.main, self.vocab_ids, self.reads_alone = decoder, main, vocab_ids, reads_alone
+        self.heads = heads
         self.head = reduced_head(decoder.head, vocab_ids) if head is None and vocab_ids is not None else head
 
     @staticmethod
@@ -126,7 +142,7 @@ class TargetCacheDraftModel(DraftModel):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         self.decoder.self_kv = self.main.self_kv  # the main decoder replaces its list as rows leave
-        return self.decoder.forward(tokens, head=self.head)
+        return super().forward(tokens)
 
 
 class EarlyExitDraftModel(DraftModel):
@@ -149,6 +165,33 @@ class EarlyExitDraftModel(DraftModel):
         return self.decoder.forward(tokens, exit_layer=self.exit_layer, head=self.head)
 
     # start_window / reorder: the main decoder starts and reorders the cache it shares
+
+
+class LanguageHeads:
+    """Int8 draft heads, one per language (`language_vocab.head_tokens`: the `text_tokens` lowest
+    ids and that language's most frequent text tokens), each scoring every special token too,
+    built the first time its language is met; `default` (scoring `default_ids`) for rows of
+    no language yet, of one with no shipped ranking, or of several languages at once.
+    `weight`: the full head's; `language_of`: a row's language (None before it is chosen)."""
+
+    def __init__(self, default: nn.Module, default_ids: torch.Tensor, weight: torch.Tensor,
+                 language_of: Callable[[list[int]], str | None], text_tokens: int):
+        self.weight, self.language_of, self.text_tokens = weight, language_of, text_tokens
+        self.special_ids = default_ids[default_ids >= TEXT_TOKENS]
+        self.heads: dict[str | None, tuple[nn.Module, torch.Tensor]] = {None: (default, default_ids)}
+
+    def select(self, rows: list[list[int]]) -> tuple[nn.Module, torch.Tensor]:
+        """The head for `rows` and the ids of the columns it scores."""
+        languages = set(map(self.language_of, rows))
+        language = languages.pop() if len(languages) == 1 else None
+        if language not in self.heads:
+            text = head_tokens(language, self.text_tokens)
+            if text is None:
+                self.heads[language] = self.heads[None]
+            else:
+                ids = torch.cat([text, self.special_ids])
+                self.heads[language] = (RowBlocks.packed(quantise(self.weight.detach()[ids], draft=True), 2), ids)
+        return self.heads[language]
 
 
 def reduced_head(head: nn.Module, vocab_ids: torch.Tensor) -> PackedLinear:

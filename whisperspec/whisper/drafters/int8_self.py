@@ -1,5 +1,6 @@
 """The int8 self-draft: the main decoder itself with int8 weights, its head scoring the most frequent
-tokens. Nothing to train or ship; its cross-attention keys/values are the main decoder's (not
+tokens (on a multilingual model, the window language's: `LanguageHeads`; the lowest ids spell mostly
+English). Nothing to train; its cross-attention keys/values are the main decoder's (not
 projected twice). Beside a float32 main decoder they are averaged over pairs of frames: attention
 over all 1500 frames in float32 is most of an int8 step's time, and pairs keep most of what the
 draft gets right. Beside a bfloat16 one it reads all 1500: half the bytes make them cheap, and
@@ -23,22 +24,29 @@ import torch
 from whisperspec import defaults
 from whisperspec.speculative.drafters.model import ModelDrafter
 from whisperspec.speculative.warmup import WarmUp
-from whisperspec.whisper.drafters.draft_models import (TargetCacheDraftModel, WindowDraftModel, int8_decoder,
-                                                      reduced_vocab)
+from whisperspec.whisper.drafters.draft_models import (LanguageHeads, TargetCacheDraftModel, WindowDraftModel,
+                                                      int8_decoder, reduced_vocab)
+from whisperspec.whisper.drafters.language_vocab import TEXT_TOKENS
 from whisperspec.whisper.drafters.views import prompt_tail
 
 
 def int8_self_drafter(runtime, vocab_size_kept: int | None = defaults.INT8_DRAFT_HEAD,
                       warmup: WarmUp | None = None) -> ModelDrafter:
-    """`warmup`: when its decoder compiles (`whisperspec.speculative.warmup`; None: its own)."""
+    """`vocab_size_kept`: its head scores the lowest text ids up to it (None: all), and on a
+    multilingual model the window language's most frequent ones too (`LanguageHeads`).
+    `warmup`: when its decoder compiles (`whisperspec.speculative.warmup`; None: its own)."""
     ids = reduced_vocab(runtime, vocab_size_kept)
     pool = defaults.INT8_DRAFT_POOL_BFLOAT16 if runtime.decoder.cache_dtype == torch.bfloat16 else defaults.INT8_DRAFT_POOL
     kv = int8_decoder(runtime.model.model.decoder, runtime.model.proj_out.weight, ids, runtime.max_length,
                       cross_pool=pool, kept_as=(getattr(runtime.model, "weights_file", None),
                                                                     "int8-self-draft"), warmup=warmup,
                       cache_dtype=runtime.decoder.cache_dtype)
+    heads = None
+    if ids is not None and runtime.special.is_multilingual and runtime.special.eot == TEXT_TOKENS:
+        heads = LanguageHeads(kv.head, ids, runtime.model.proj_out.weight, runtime.special.language_of,
+                              vocab_size_kept)
     if TargetCacheDraftModel.fits(kv, runtime.decoder):
-        return ModelDrafter(TargetCacheDraftModel(kv, runtime.decoder, ids, head=kv.head,
+        return ModelDrafter(TargetCacheDraftModel(kv, runtime.decoder, ids, head=kv.head, heads=heads,
                                                   reads_alone=defaults.INT8_DRAFT_PROMPT), runtime.vocab_size)
-    return ModelDrafter(WindowDraftModel(kv, ids, head=kv.head, cross_source=runtime.decoder), runtime.vocab_size,
-                        view=prompt_tail(runtime.special, defaults.INT8_DRAFT_PROMPT))
+    return ModelDrafter(WindowDraftModel(kv, ids, head=kv.head, cross_source=runtime.decoder, heads=heads),
+                        runtime.vocab_size, view=prompt_tail(runtime.special, defaults.INT8_DRAFT_PROMPT))
