@@ -67,13 +67,14 @@ def test_on_french_speech_the_int8_self_draft_proposes_tokens_the_lowest_ids_lea
     from whisperspec.audio import load_audio
     from whisperspec.evaluation.packaged import package_files
     from whisperspec.speculative.drafters.model import ModelDrafter
+    from test_transcribe import with_drafter
     from whisperspec.transcribe import Transcriber
 
-    files = sorted(package_files("asterisk-prompt-fr-armelle", (".gsm",)), key=lambda p: p.stat().st_size)[-4:]
+    files = sorted(package_files("asterisk-prompt-fr-armelle", (".gsm",)), key=lambda p: p.stat().st_size)[-3:]
     audio = np.concatenate([load_audio(path) for path in files])
     plain = Transcriber("base", language="fr", draft="none")
     expected = [t for s in plain.transcribe(audio).segments for t in s.tokens]
-    speculative = Transcriber("base", language="fr", draft="int8@3")
+    speculative = with_drafter(plain, "int8", "3")  # the same loaded model
     drafter = speculative.drafter
     assert isinstance(drafter, ModelDrafter) and isinstance(drafter.model.heads, LanguageHeads)
     lowest = set(drafter.model.vocab_ids.tolist())  # its head before a language is chosen
