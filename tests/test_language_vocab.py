@@ -1,5 +1,5 @@
 """Each language's frequent tokens for a draft head (`whisperspec.whisper.drafters.language_vocab`)
-and the int8 self-draft's heads that score them first (`LanguageHeads`)."""
+and the int8 self-draft's heads that score them too (`LanguageHeads`)."""
 
 from __future__ import annotations
 
@@ -64,10 +64,10 @@ def test_each_language_gets_its_own_head():
 def test_on_french_speech_the_int8_self_draft_proposes_tokens_the_lowest_ids_leave_out():
     """Real French prompts (a trainable set, docs/DATASETS.md): the int8 self-draft of base drafts
     French tokens above the 16384 lowest ids, and the transcript is plain greedy's."""
+    from test_transcribe import with_drafter
     from whisperspec.audio import load_audio
     from whisperspec.evaluation.packaged import package_files
     from whisperspec.speculative.drafters.model import ModelDrafter
-    from test_transcribe import with_drafter
     from whisperspec.transcribe import Transcriber
 
     files = sorted(package_files("asterisk-prompt-fr-armelle", (".gsm",)), key=lambda p: p.stat().st_size)[-3:]
