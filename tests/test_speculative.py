@@ -315,17 +315,23 @@ def test_the_int8_self_draft_in_the_main_decoders_cache_gives_plain_greedys_toke
     # all 1500 frames beside bfloat16, where its attention reads half the bytes; pairs beside float32
     assert drafter.model.decoder.cross_pool == (defaults.INT8_DRAFT_POOL_BFLOAT16 if decoder == "bfloat16"
                                                 else defaults.INT8_DRAFT_POOL)
+    reads_in_place = drafter.model.decoder.cross_pool == 1
     batch = runtime.encode(mel)
     accepted = 0
     for lookahead in ("1", "3", "8", "heuristic", "confidence"):
-        decoder = WindowDecoder(runtime, drafter, make_lookahead(lookahead))
-        results = [decoder.decode(window, options) for window in windows]
-        rows = decoder.decode_batch(batch, options)
+        window_decoder = WindowDecoder(runtime, drafter, make_lookahead(lookahead))
+        results = [window_decoder.decode(window, options) for window in windows]
+        rows = window_decoder.decode_batch(batch, options)
         assert [r.tokens for r in results] == singles, lookahead
         assert [r.tokens for r in rows] == singles, lookahead
         for stats in [r.stats for r in results + rows]:
             assert stats.proposed > 0 and stats.draft_passes > 0, lookahead
             accepted += stats.accepted
+        # unpooled, it reads the main decoder's cross-attention keys and values themselves, also
+        # after a batch's rows left: no copy of them is made
+        held = [t for pair in drafter.model.decoder.cross_kv for t in pair]
+        main_held = [t for pair in runtime.decoder.cross_kv for t in pair]
+        assert all(a is b for a, b in zip(held, main_held)) == reads_in_place, lookahead
     assert accepted > 0
 
 

@@ -137,21 +137,28 @@ class KVDecoder:
     # ------------------------------------------------------------------ state
     @torch.inference_mode()
     def start(self, encoder_hidden: torch.Tensor, share_cross_with: "KVDecoder | None" = None,
-              cross_layers: list[int] | None = None) -> None:
+              cross_layers: list[int] | None = None, cross_views: bool = False) -> None:
         """New window(s): project the encoder output to cross-attention K/V once, empty the cache.
 
         `share_cross_with`: a decoder with the same cross-attention projections (an int8 copy's
         source, or the main decoder of a draft whose layers copied them) already started on this
         same encoder output; its keys/values are reused (in this decoder's dtype) instead of being
         projected again, layer i taking those of its layer `cross_layers[i]` (default: i).
+        `cross_views`: that decoder's tensors themselves, not copies, for a draft that drafts in its
+        cache and follows its reorders instead of making its own (`TargetCacheDraftModel`).
         """
         batch, _, _ = encoder_hidden.shape
         dtype, device = self.cache_dtype, self.embed_tokens.device
         self.encoder_hidden = encoder_hidden  # what this window's cross K/V come from
         self.batch_size = batch
         self.rows_changed = False  # by `reorder` / `fork` since the window started
-        if share_cross_with is not None and share_cross_with.holds_window_of(encoder_hidden):
-            # copies, never views: each decoder narrows its own tensors in place in `reorder`
+        if cross_views:
+            if (share_cross_with is None or cross_layers or self.cross_pool != 1
+                    or share_cross_with.cross_kv[0][0].dtype != dtype):
+                raise ValueError("only a decoder's own layout and dtype can be read in place")
+            self.cross_kv = share_cross_with.cross_kv
+        elif share_cross_with is not None and share_cross_with.holds_window_of(encoder_hidden):
+            # copies: each decoder narrows its own tensors in place in `reorder`
             sources = [share_cross_with.cross_kv[i] for i in (cross_layers or range(self.n_layers))]
             if share_cross_with.cross_pool != 1:
                 raise ValueError("cannot share pooled cross-attention keys/values")
