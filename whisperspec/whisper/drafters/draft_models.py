@@ -97,8 +97,7 @@ class TargetCacheDraftModel(HeadedDraftModel):
     writes its own keys and values there before any query reads them, so the main decoder's bits
     never change. Its own state is its lengths and fed tokens. Where its cross-attention reads the
     main decoder's frames as they are (not pooled), it reads the main decoder's keys and values
-    themselves, not a copy: one copy less per window, and the two decoders' passes stream the same
-    memory instead of twice as much.
+    themselves, not a copy: a window's start copies nothing, and the two decoders hold one set.
 
     `reads_alone`: tokens the main decoder has not read that it reads by itself (a window's start
     sequence); a window with more (a previous-text prompt) drafts from the round after the main
