@@ -41,9 +41,10 @@ class HeadedDraftModel(DraftModel):
     """A draft model that scores its decoder's output with `head` over `vocab_ids`; with `heads`
     (`LanguageHeads`), with the head of the language of each round's rows (`see_rows`)."""
 
-    decoder: KVDecoder
-    head: nn.Module | None = None
-    heads: LanguageHeads | None = None
+    def __init__(self, decoder: KVDecoder, vocab_ids: torch.Tensor | None, head: nn.Module | None,
+                 heads: LanguageHeads | None):
+        self.decoder, self.vocab_ids, self.heads = decoder, vocab_ids, heads
+        self.head = reduced_head(decoder.head, vocab_ids) if head is None and vocab_ids is not None else head
 
     def see_rows(self, rows: list[list[int]]) -> None:
         if self.heads is not None:
@@ -66,9 +67,8 @@ class WindowDraftModel(HeadedDraftModel):
     def __init__(self, decoder: KVDecoder, vocab_ids: torch.Tensor | None = None, *, head: nn.Module | None = None,
                  encoder: Encoder | None = None, cross_source: KVDecoder | None = None,
                  cross_layers: list[int] | None = None, heads: LanguageHeads | None = None):
-        self.decoder, self.vocab_ids, self.encoder, self.heads = decoder, vocab_ids, encoder, heads
-        self.cross_source, self.cross_layers = cross_source, cross_layers
-        self.head = reduced_head(decoder.head, vocab_ids) if head is None and vocab_ids is not None else head
+        super().__init__(decoder, vocab_ids, head, heads)
+        self.encoder, self.cross_source, self.cross_layers = encoder, cross_source, cross_layers
 
     @torch.inference_mode()
     def start_window(self, window: EncodedWindow) -> None:
@@ -109,9 +109,8 @@ class TargetCacheDraftModel(HeadedDraftModel):
                  head: nn.Module | None = None, reads_alone: int = 0, heads: LanguageHeads | None = None):
         if not self.fits(decoder, main):
             raise ValueError("a draft shares the main decoder's cache only with its layout and dtype")
-        self.decoder, self.main, self.vocab_ids, self.reads_alone = decoder, main, vocab_ids, reads_alone
-        self.heads = heads
-        self.head = reduced_head(decoder.head, vocab_ids) if head is None and vocab_ids is not None else head
+        super().__init__(decoder, vocab_ids, head, heads)
+        self.main, self.reads_alone = main, reads_alone
 
     @staticmethod
     def fits(decoder: KVDecoder, main: KVDecoder) -> bool:
